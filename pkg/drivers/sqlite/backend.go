@@ -1,0 +1,280 @@
+// Package sqlite stores kite's revision log in an embedded SQLite database
+// (modernc.org/sqlite, no cgo).
+//
+// One pinned writer connection runs every write transaction with statements
+// prepared once for the Backend's life; a pool of query_only connections
+// serves read transactions. In WAL mode readers see the last committed state
+// and are never blocked by the writer. synchronous=FULL makes every commit
+// fsync the WAL, so an acknowledged write survives power loss.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kite-db/kite/pkg/mvcc"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+)
+
+var _ mvcc.Backend = (*Backend)(nil)
+
+// Options tunes a Backend. Zero values take the defaults.
+type Options struct {
+	Logger *slog.Logger
+	// BusyTimeout is how long a connection waits for a lock held by another
+	// process (a kite snapshot tool, sqlite3 shell) before failing (5 s).
+	BusyTimeout time.Duration
+	// ReadConns bounds the read pool, i.e. concurrent read transactions (4).
+	ReadConns int
+	// CacheSizeKiB is the page cache of each connection (SQLite's 2000 KiB
+	// when 0).
+	CacheSizeKiB int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.BusyTimeout <= 0 {
+		o.BusyTimeout = 5 * time.Second
+	}
+	if o.ReadConns <= 0 {
+		o.ReadConns = 4
+	}
+	return o
+}
+
+// Backend is a kite revision log in one SQLite file.
+type Backend struct {
+	path string
+	opts Options
+	log  *slog.Logger
+	defs []statement // SQL and params of every statement, by stmtID
+
+	wdb    *sql.DB
+	wconn  *sql.Conn   // pinned: the only connection that writes
+	wstmts []*sql.Stmt // every statement, prepared on wconn
+
+	rdb    *sql.DB
+	rstmts []*sql.Stmt // read statements, prepared per pooled connection by database/sql
+
+	// writeSem is the write mutex, a channel so that waiting for it honours
+	// ctx. BeginWrite takes it and Commit/Rollback give it back; Defragment
+	// holds it while it uses wconn. Close does not take it: transactions
+	// must be finished before Close.
+	writeSem chan struct{}
+
+	closeMu sync.Mutex
+	closed  atomic.Bool
+}
+
+// Open opens or creates the database file at path.
+func Open(ctx context.Context, path string, opts Options) (b *Backend, err error) {
+	opts = opts.withDefaults()
+	// modernc splits the DSN at the first '?', so such a path would be cut.
+	if strings.ContainsRune(path, '?') {
+		return nil, fmt.Errorf("open sqlite %q: path must not contain '?'", path)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("open sqlite %q: create directory: %w", path, err)
+	}
+	b = &Backend{
+		path:     path,
+		opts:     opts,
+		log:      opts.Logger.With("component", "sqlite", "path", path),
+		defs:     statements(),
+		writeSem: make(chan struct{}, 1),
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, b.Close())
+		}
+	}()
+	if err := b.openWriter(ctx, opts); err != nil {
+		return nil, fmt.Errorf("open sqlite %q: %w", path, err)
+	}
+	if err := b.openReaders(ctx, opts); err != nil {
+		return nil, fmt.Errorf("open sqlite %q: %w", path, err)
+	}
+	b.log.Info("opened sqlite backend", "read_conns", opts.ReadConns)
+	return b, nil
+}
+
+// dsn sets pragmas through _pragma so database/sql applies them to every
+// connection it opens, including ones it replaces later.
+func dsn(path string, opts Options, pragmas ...string) string {
+	q := []string{fmt.Sprintf("_pragma=busy_timeout(%d)", opts.BusyTimeout.Milliseconds())}
+	if opts.CacheSizeKiB > 0 {
+		q = append(q, fmt.Sprintf("_pragma=cache_size(-%d)", opts.CacheSizeKiB))
+	}
+	for _, p := range pragmas {
+		q = append(q, "_pragma="+p)
+	}
+	return path + "?" + strings.Join(q, "&")
+}
+
+func (b *Backend) openWriter(ctx context.Context, opts Options) error {
+	var err error
+	// journal_size_limit trims the WAL after a checkpoint, so a burst of
+	// writes does not leave a large -wal file behind for good.
+	b.wdb, err = sql.Open("sqlite", dsn(b.path, opts,
+		"journal_mode(WAL)", "synchronous(FULL)", "journal_size_limit(67108864)"))
+	if err != nil {
+		return fmt.Errorf("open writer: %w", err)
+	}
+	b.wdb.SetMaxOpenConns(1)
+	b.wdb.SetMaxIdleConns(1)
+	b.wdb.SetConnMaxLifetime(0)
+	b.wdb.SetConnMaxIdleTime(0)
+	if b.wconn, err = b.wdb.Conn(ctx); err != nil {
+		return fmt.Errorf("connect writer: %w", err)
+	}
+	var mode string
+	if err := b.wconn.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return fmt.Errorf("read journal mode: %w", err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("journal mode is %q, want wal", mode)
+	}
+	if err := migrate(ctx, b.wconn); err != nil {
+		return err
+	}
+	b.wstmts = make([]*sql.Stmt, numStmts)
+	for id, st := range b.defs {
+		if b.wstmts[id], err = b.wconn.PrepareContext(ctx, st.sql); err != nil {
+			return fmt.Errorf("prepare writer statement %d: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// openReaders opens the read pool after the writer, so the file already is
+// in WAL mode and has its schema. query_only turns a stray write on a read
+// transaction into an error instead of a lock fight with the writer.
+func (b *Backend) openReaders(ctx context.Context, opts Options) error {
+	var err error
+	b.rdb, err = sql.Open("sqlite", dsn(b.path, opts, "query_only(1)"))
+	if err != nil {
+		return fmt.Errorf("open read pool: %w", err)
+	}
+	b.rdb.SetMaxOpenConns(opts.ReadConns)
+	b.rdb.SetMaxIdleConns(opts.ReadConns)
+	b.rdb.SetConnMaxLifetime(0)
+	b.rdb.SetConnMaxIdleTime(0)
+	b.rstmts = make([]*sql.Stmt, firstWrite)
+	for id, st := range b.defs[:firstWrite] {
+		if b.rstmts[id], err = b.rdb.PrepareContext(ctx, st.sql); err != nil {
+			return fmt.Errorf("prepare read statement %d: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// Path returns the database file.
+func (b *Backend) Path() string { return b.path }
+
+// BeginRead starts a read transaction on a pooled connection. SQLite's BEGIN
+// is deferred: the snapshot is taken at the first read, so BeginRead reads
+// the revisions at once to pin the snapshot to this moment.
+func (b *Backend) BeginRead(ctx context.Context) (mvcc.ReadTx, error) {
+	if b.closed.Load() {
+		return nil, mvcc.ErrClosed
+	}
+	conn, err := b.rdb.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("begin read: get connection: %w", err)
+	}
+	// The transaction outlives the ctx of this call: the caller ends it with
+	// Rollback, and each read honours its own ctx.
+	tx, err := conn.BeginTx(context.WithoutCancel(ctx), nil)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("begin read: %w", err), conn.Close())
+	}
+	r := &readTx{reader: reader{
+		stmts:  make([]*sql.Stmt, firstWrite),
+		parent: b.rstmts,
+		defs:   b.defs,
+		tx:     tx,
+	}, conn: conn}
+	current, _, err := r.Revisions(ctx)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("begin read: %w", err), r.Rollback())
+	}
+	r.latest = current
+	return r, nil
+}
+
+// BeginWrite takes the write mutex and starts a transaction on the writer
+// connection. The mutex is held until Commit or Rollback.
+func (b *Backend) BeginWrite(ctx context.Context) (mvcc.WriteTx, error) {
+	if err := b.lockWriter(ctx); err != nil {
+		return nil, fmt.Errorf("begin write: %w", err)
+	}
+	if _, err := b.wstmts[qBegin].ExecContext(ctx); err != nil {
+		b.unlockWriter()
+		return nil, fmt.Errorf("begin write: %w", err)
+	}
+	w := &writeTx{reader: reader{stmts: b.wstmts, defs: b.defs, sticky: true}, b: b}
+	current, _, err := w.Revisions(ctx)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("begin write: %w", err), w.Rollback())
+	}
+	w.latest = current
+	return w, nil
+}
+
+func (b *Backend) lockWriter(ctx context.Context) error {
+	select {
+	case b.writeSem <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("wait for writer: %w", ctx.Err())
+	}
+	if b.closed.Load() {
+		<-b.writeSem
+		return mvcc.ErrClosed
+	}
+	return nil
+}
+
+func (b *Backend) unlockWriter() { <-b.writeSem }
+
+// Close closes the statements, the writer and the read pool. It is safe to
+// call more than once.
+func (b *Backend) Close() error {
+	b.closeMu.Lock()
+	defer b.closeMu.Unlock()
+	if b.closed.Swap(true) {
+		return nil
+	}
+	var errs []error
+	for _, stmts := range [][]*sql.Stmt{b.rstmts, b.wstmts} {
+		for _, s := range stmts {
+			if s != nil {
+				errs = append(errs, s.Close())
+			}
+		}
+	}
+	if b.wconn != nil {
+		errs = append(errs, b.wconn.Close())
+	}
+	for _, db := range []*sql.DB{b.rdb, b.wdb} {
+		if db != nil {
+			errs = append(errs, db.Close())
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("close sqlite %q: %w", b.path, err)
+	}
+	b.log.Info("closed sqlite backend")
+	return nil
+}

@@ -1,0 +1,87 @@
+package sqlite_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/kite-db/kite/pkg/drivers/sqlite"
+)
+
+// fill writes revs revisions of perRev puts each, cycling over keys keys
+// (so later revisions overwrite), and returns the current revision.
+func fill(b *testing.B, be *sqlite.Backend, keys, revs, perRev int, value []byte) int64 {
+	b.Helper()
+	ctx := context.Background()
+	version := make([]int64, keys)
+	create := make([]int64, keys)
+	n := 0
+	for rev := int64(1); rev <= int64(revs); rev++ {
+		tx, err := be.BeginWrite(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for sub := range perRev {
+			k := n % keys
+			n++
+			if version[k] == 0 {
+				create[k] = rev
+			}
+			version[k]++
+			kv := &mvccpb.KeyValue{Key: fmt.Appendf(nil, "/registry/pods/ns/pod-%06d", k),
+				CreateRevision: create[k], ModRevision: rev, Version: version[k], Value: value}
+			if err := tx.Put(ctx, kv, int64(sub)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := tx.SetRevisions(ctx, rev, 0); err != nil {
+			b.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return int64(revs)
+}
+
+// BenchmarkPutBatch128 is one group commit of 128 puts, fsync included.
+func BenchmarkPutBatch128(b *testing.B) {
+	be := mustOpen(b, filepath.Join(b.TempDir(), "kite.db"))
+	value := make([]byte, 512)
+	b.ResetTimer()
+	fill(b, be, 100_000, b.N, 128, value)
+	b.ReportMetric(float64(b.N*128)/b.Elapsed().Seconds(), "puts/s")
+}
+
+func benchmarkRange(b *testing.B, historical, keysOnly bool) {
+	be := mustOpen(b, filepath.Join(b.TempDir(), "kite.db"))
+	// 5,000 keys, each written four times: history the historical read
+	// must skip over.
+	current := fill(b, be, 5_000, 160, 125, make([]byte, 512))
+	rev := current
+	if historical {
+		rev = current - 40 // every key still has a newer version
+	}
+	ctx := context.Background()
+	b.ResetTimer()
+	for b.Loop() {
+		tx, err := be.BeginRead(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		kvs, err := tx.Range(ctx, []byte("/registry/pods/ns/pod-001000"), []byte{0}, rev, 500, keysOnly)
+		if err != nil || len(kvs) != 500 {
+			b.Fatalf("Range: %d rows, %v", len(kvs), err)
+		}
+		if err := tx.Rollback(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkRangeCurrent500(b *testing.B)    { benchmarkRange(b, false, false) }
+func BenchmarkRangeHistorical500(b *testing.B) { benchmarkRange(b, true, false) }
+func BenchmarkRangeKeysOnly500(b *testing.B)   { benchmarkRange(b, false, true) }

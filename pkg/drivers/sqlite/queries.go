@@ -1,0 +1,213 @@
+package sqlite
+
+import "strings"
+
+// stmtID names a prepared statement. Every statement is prepared once per
+// connection and reused by every transaction: parsing and planning SQL per
+// call would cost more than executing it.
+type stmtID int
+
+const (
+	qRevisions stmtID = iota
+	qGet
+	qChanges
+	qChangesPrev
+	qLeases
+	qLeaseKeys
+	// qRange is the first of eight range variants, see rangeID.
+	qRange
+	_
+	_
+	_
+	_
+	_
+	_
+	_
+	// qCount is the first of four count variants, see countID.
+	qCount
+	_
+	_
+	_
+
+	// Statements from here on change the database and exist only on the
+	// writer connection.
+	qInsertPut
+	qInsertTombstone
+	qUpsertLive
+	qDeleteLive
+	qSetRevisions
+	qPutLease
+	qDeleteLease
+	qCompact
+	qBegin
+	qCommit
+	qRollback
+	numStmts
+)
+
+// firstWrite separates the statements the read pool prepares from the
+// writer-only ones.
+const firstWrite = qInsertPut
+
+// param is one bind argument of a statement; a variant lists its params in
+// placeholder order so callers bind by meaning, not by position.
+type param int
+
+const (
+	pFrom param = iota
+	pTo
+	pRev
+	pLimit
+)
+
+type statement struct {
+	sql    string
+	params []param
+}
+
+func b2i(b bool) stmtID {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// rangeID picks the Range variant: latest reads come from live, historical
+// ones from the log; open ranges ("\x00" end) have no upper bound, which
+// must be absent from the SQL rather than a sentinel so the index range stays
+// tight; keys-only variants never join the value.
+func rangeID(historical, open, keysOnly bool) stmtID {
+	return qRange + 4*b2i(historical) + 2*b2i(open) + b2i(keysOnly)
+}
+
+func countID(historical, open bool) stmtID {
+	return qCount + 2*b2i(historical) + b2i(open)
+}
+
+// statements returns the SQL of every statement, indexed by stmtID.
+func statements() []statement {
+	s := make([]statement, numStmts)
+	s[qRevisions] = statement{sql: `SELECT
+		IFNULL((SELECT value FROM meta WHERE name = 'current'), 0),
+		IFNULL((SELECT value FROM meta WHERE name = 'compacted'), 0)`}
+	s[qGet] = statement{sql: `SELECT l.key, l.create_rev, l.rev, l.version, l.lease, kv.value
+		FROM live AS l CROSS JOIN kv ON kv.key = l.key AND kv.rev = l.rev
+		WHERE l.key = ?`, params: []param{pFrom}}
+	s[qChanges] = statement{sql: changesSQL(false), params: []param{pFrom, pTo, pLimit}}
+	s[qChangesPrev] = statement{sql: changesSQL(true), params: []param{pFrom, pTo, pLimit}}
+	s[qLeases] = statement{sql: `SELECT id, ttl FROM lease ORDER BY id`}
+	s[qLeaseKeys] = statement{sql: `SELECT key FROM live WHERE lease = ? ORDER BY key`,
+		params: []param{pRev}}
+	for _, hist := range []bool{false, true} {
+		for _, open := range []bool{false, true} {
+			for _, keysOnly := range []bool{false, true} {
+				s[rangeID(hist, open, keysOnly)] = rangeSQL(hist, open, keysOnly, false)
+			}
+			s[countID(hist, open)] = rangeSQL(hist, open, true, true)
+		}
+	}
+
+	s[qInsertPut] = statement{sql: `INSERT INTO kv
+		(rev, sub, key, create_rev, version, lease, deleted, value)
+		VALUES (?, ?, ?, ?, ?, ?, 0, ?)`}
+	s[qInsertTombstone] = statement{sql: `INSERT INTO kv
+		(rev, sub, key, create_rev, version, lease, deleted, value)
+		VALUES (?, ?, ?, 0, 0, 0, 1, x'')`}
+	s[qUpsertLive] = statement{sql: `INSERT INTO live (key, rev, create_rev, version, lease)
+		VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (key) DO UPDATE SET rev = excluded.rev,
+			create_rev = excluded.create_rev, version = excluded.version,
+			lease = excluded.lease`}
+	s[qDeleteLive] = statement{sql: `DELETE FROM live WHERE key = ?`}
+	s[qSetRevisions] = statement{sql: `INSERT INTO meta (name, value)
+		VALUES ('current', ?), ('compacted', ?)
+		ON CONFLICT (name) DO UPDATE SET value = excluded.value`}
+	s[qPutLease] = statement{sql: `INSERT INTO lease (id, ttl) VALUES (?, ?)
+		ON CONFLICT (id) DO UPDATE SET ttl = excluded.ttl`}
+	s[qDeleteLease] = statement{sql: `DELETE FROM lease WHERE id = ?`}
+	// The rev range walks the primary key; the EXISTS probe is one seek in
+	// kv_key_rev. Both bounds keep a batch proportional to its revisions.
+	s[qCompact] = statement{sql: `DELETE FROM kv
+		WHERE rev >= ?1 AND rev <= ?2 AND rev <= ?3
+		AND (deleted = 1 OR EXISTS (SELECT 1 FROM kv AS n
+			WHERE n.key = kv.key AND n.rev > kv.rev AND n.rev <= ?3))`}
+	// IMMEDIATE takes the write lock at BEGIN, so a conflict with another
+	// process surfaces here (after busy_timeout) instead of at the first
+	// write, halfway through a batch.
+	s[qBegin] = statement{sql: `BEGIN IMMEDIATE`}
+	s[qCommit] = statement{sql: `COMMIT`}
+	s[qRollback] = statement{sql: `ROLLBACK`}
+	return s
+}
+
+// rangeSQL builds one Range or Count variant.
+//
+// Latest reads scan live in key order and push LIMIT into SQL. Historical
+// reads skip from key to key through kv_key_rev with a recursive CTE (one
+// seek per distinct key, never a walk over each key's history), take the
+// newest row at or below the revision with one more seek, and drop
+// tombstones. The CTE is evaluated lazily as a co-routine, so LIMIT stops the
+// walk early.
+func rangeSQL(historical, open, keysOnly, count bool) statement {
+	var b strings.Builder
+	var params []param
+	upper := func(col string) {
+		if !open {
+			b.WriteString(" AND " + col + " < ?")
+			params = append(params, pTo)
+		}
+	}
+	cols := "SELECT COUNT(*)"
+	if !count {
+		cols = "SELECT t.key, t.create_rev, t.rev, t.version, t.lease"
+		if !keysOnly {
+			cols += ", v.value"
+		}
+	}
+	if !historical {
+		b.WriteString(strings.ReplaceAll(cols, "v.value", "kv.value") + " FROM live AS t")
+		if !keysOnly {
+			b.WriteString(" CROSS JOIN kv ON kv.key = t.key AND kv.rev = t.rev")
+		}
+		b.WriteString(" WHERE t.key >= ?")
+		params = append(params, pFrom)
+		upper("t.key")
+		if !count {
+			b.WriteString(" ORDER BY t.key LIMIT ?")
+			params = append(params, pLimit)
+		}
+		return statement{sql: b.String(), params: params}
+	}
+	b.WriteString("WITH RECURSIVE k(key) AS (SELECT (SELECT key FROM kv WHERE key >= ?")
+	params = append(params, pFrom)
+	upper("key")
+	b.WriteString(" ORDER BY key LIMIT 1) UNION ALL SELECT (SELECT key FROM kv WHERE key > k.key")
+	upper("key")
+	b.WriteString(" ORDER BY key LIMIT 1) FROM k WHERE k.key IS NOT NULL) ")
+	b.WriteString(strings.ReplaceAll(cols, "v.value", "t.value"))
+	b.WriteString(` FROM k CROSS JOIN kv AS t ON t.rowid = (SELECT h.rowid FROM kv AS h
+		WHERE h.key = k.key AND h.rev <= ? ORDER BY h.rev DESC LIMIT 1)
+		WHERE t.deleted = 0`)
+	params = append(params, pRev)
+	if !count {
+		b.WriteString(" LIMIT ?")
+		params = append(params, pLimit)
+	}
+	return statement{sql: b.String(), params: params}
+}
+
+// changesSQL reads the log in (rev, sub) order. The previous row of each
+// change is one backwards seek in kv_key_rev; a previous tombstone counts as
+// no previous row, as a key that did not exist has no prev_kv in etcd.
+func changesSQL(withPrev bool) string {
+	const cols = `SELECT c.rev, c.sub, c.key, c.create_rev, c.version, c.lease, c.deleted, c.value`
+	if !withPrev {
+		return cols + ` FROM kv AS c WHERE c.rev >= ? AND c.rev <= ? ORDER BY c.rev, c.sub LIMIT ?`
+	}
+	return cols + `, IFNULL(p.rev, 0), IFNULL(p.create_rev, 0), IFNULL(p.version, 0),
+		IFNULL(p.lease, 0), p.value
+		FROM kv AS c LEFT JOIN kv AS p ON p.rowid = (SELECT h.rowid FROM kv AS h
+			WHERE h.key = c.key AND h.rev < c.rev ORDER BY h.rev DESC LIMIT 1)
+			AND p.deleted = 0
+		WHERE c.rev >= ? AND c.rev <= ? ORDER BY c.rev, c.sub LIMIT ?`
+}

@@ -1,0 +1,291 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/kite-db/kite/pkg/mvcc"
+)
+
+// reader holds the reads shared by read and write transactions; only the
+// connection their statements run on differs.
+type reader struct {
+	tx     *sql.Tx     // read transactions only
+	stmts  []*sql.Stmt // writer: prepared on wconn; reader: bound to tx on first use
+	parent []*sql.Stmt // reader: the pool's statements that stmts are bound from
+	defs   []statement
+
+	// latest is the newest revision with rows. A read at or above it is a
+	// latest read and is served from live; the write transaction raises it
+	// as it appends rows.
+	latest int64
+
+	// sticky makes the first error final (write transactions): SQLite may
+	// have rolled the transaction back on that error, and a later statement
+	// would then run, and commit, on its own.
+	sticky bool
+	err    error
+}
+
+var _ mvcc.ReadTx = (*readTx)(nil)
+
+type readTx struct {
+	reader
+	conn *sql.Conn
+}
+
+func (r *reader) stmt(ctx context.Context, id stmtID) *sql.Stmt {
+	if s := r.stmts[id]; s != nil {
+		return s
+	}
+	s := r.tx.StmtContext(ctx, r.parent[id])
+	r.stmts[id] = s
+	return s
+}
+
+// fail wraps err with what was being done and, in a write transaction,
+// poisons it.
+func (r *reader) fail(what string, err error) error {
+	err = fmt.Errorf("%s: %w", what, err)
+	if r.sticky && r.err == nil {
+		r.err = err
+	}
+	return err
+}
+
+func (r *reader) check() error {
+	if r.err != nil {
+		return fmt.Errorf("transaction failed earlier: %w", r.err)
+	}
+	return nil
+}
+
+func (r *reader) query(ctx context.Context, id stmtID, args ...any) (*sql.Rows, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	return r.stmt(ctx, id).QueryContext(ctx, args...)
+}
+
+func (r *reader) queryRow(ctx context.Context, id stmtID, dest []any, args ...any) error {
+	if err := r.check(); err != nil {
+		return err
+	}
+	return r.stmt(ctx, id).QueryRowContext(ctx, args...).Scan(dest...)
+}
+
+// Revisions implements mvcc.ReadTx.
+func (r *reader) Revisions(ctx context.Context) (current, compacted int64, err error) {
+	if err := r.queryRow(ctx, qRevisions, []any{&current, &compacted}); err != nil {
+		return 0, 0, r.fail("read revisions", err)
+	}
+	return current, compacted, nil
+}
+
+// span turns etcd's range end into SQL bounds: a single key becomes
+// [key, key+"\x00"), the only key between the two in bytewise order; "\x00"
+// has no upper bound. A nil key must still bind as an empty BLOB, since NULL
+// compares as unknown and would match nothing.
+func span(key, end []byte) (from, to []byte, open bool) {
+	from = key
+	if from == nil {
+		from = []byte{}
+	}
+	switch {
+	case len(end) == 0:
+		return from, append(append(make([]byte, 0, len(key)+1), key...), 0), false
+	case len(end) == 1 && end[0] == 0:
+		return from, nil, true
+	default:
+		return from, end, false
+	}
+}
+
+func (r *reader) rangeArgs(id stmtID, from, to []byte, rev, limit int64) []any {
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	params := r.defs[id].params
+	args := make([]any, len(params))
+	for i, p := range params {
+		switch p {
+		case pFrom:
+			args[i] = from
+		case pTo:
+			args[i] = to
+		case pRev:
+			args[i] = rev
+		case pLimit:
+			args[i] = limit
+		}
+	}
+	return args
+}
+
+// Range implements mvcc.ReadTx.
+func (r *reader) Range(ctx context.Context, key, end []byte, rev, limit int64, keysOnly bool) ([]*mvccpb.KeyValue, error) {
+	from, to, open := span(key, end)
+	id := rangeID(rev < r.latest, open, keysOnly)
+	rows, err := r.query(ctx, id, r.rangeArgs(id, from, to, rev, limit)...)
+	if err != nil {
+		return nil, r.fail("range", err)
+	}
+	defer rows.Close()
+	var kvs []*mvccpb.KeyValue
+	if limit > 0 {
+		kvs = make([]*mvccpb.KeyValue, 0, min(limit, 1024))
+	}
+	for rows.Next() {
+		kv := &mvccpb.KeyValue{}
+		dest := []any{&kv.Key, &kv.CreateRevision, &kv.ModRevision, &kv.Version, &kv.Lease}
+		if !keysOnly {
+			dest = append(dest, &kv.Value)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, r.fail("range: scan", err)
+		}
+		kvs = append(kvs, kv)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, r.fail("range", err)
+	}
+	return kvs, nil
+}
+
+// Count implements mvcc.ReadTx.
+func (r *reader) Count(ctx context.Context, key, end []byte, rev int64) (int64, error) {
+	from, to, open := span(key, end)
+	id := countID(rev < r.latest, open)
+	var n int64
+	if err := r.queryRow(ctx, id, []any{&n}, r.rangeArgs(id, from, to, rev, 0)...); err != nil {
+		return 0, r.fail("count", err)
+	}
+	return n, nil
+}
+
+// Get implements mvcc.ReadTx.
+func (r *reader) Get(ctx context.Context, key []byte) (*mvccpb.KeyValue, error) {
+	kv := &mvccpb.KeyValue{}
+	err := r.queryRow(ctx, qGet,
+		[]any{&kv.Key, &kv.CreateRevision, &kv.ModRevision, &kv.Version, &kv.Lease, &kv.Value},
+		nonNil(key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, r.fail("get", err)
+	}
+	return kv, nil
+}
+
+// Changes implements mvcc.ReadTx.
+func (r *reader) Changes(ctx context.Context, fromRev, toRev int64, limit int, withPrev bool) ([]mvcc.Change, error) {
+	id := qChanges
+	if withPrev {
+		id = qChangesPrev
+	}
+	lim := int64(limit)
+	if lim <= 0 {
+		lim = -1
+	}
+	rows, err := r.query(ctx, id, fromRev, toRev, lim)
+	if err != nil {
+		return nil, r.fail("read changes", err)
+	}
+	defer rows.Close()
+	var out []mvcc.Change
+	for rows.Next() {
+		var (
+			c       mvcc.Change
+			deleted bool
+			kv      = &mvccpb.KeyValue{}
+			prev    = &mvccpb.KeyValue{}
+		)
+		dest := []any{&kv.ModRevision, &c.Sub, &kv.Key, &kv.CreateRevision, &kv.Version,
+			&kv.Lease, &deleted, &kv.Value}
+		if withPrev {
+			dest = append(dest, &prev.ModRevision, &prev.CreateRevision, &prev.Version,
+				&prev.Lease, &prev.Value)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, r.fail("read changes: scan", err)
+		}
+		if deleted {
+			kv = &mvccpb.KeyValue{Key: kv.Key, ModRevision: kv.ModRevision}
+		}
+		c.Deleted, c.KV = deleted, kv
+		if prev.ModRevision != 0 {
+			prev.Key = kv.Key
+			c.PrevKV = prev
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, r.fail("read changes", err)
+	}
+	return out, nil
+}
+
+// Leases implements mvcc.ReadTx.
+func (r *reader) Leases(ctx context.Context) ([]mvcc.Lease, error) {
+	rows, err := r.query(ctx, qLeases)
+	if err != nil {
+		return nil, r.fail("read leases", err)
+	}
+	defer rows.Close()
+	var out []mvcc.Lease
+	for rows.Next() {
+		var l mvcc.Lease
+		if err := rows.Scan(&l.ID, &l.TTL); err != nil {
+			return nil, r.fail("read leases: scan", err)
+		}
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, r.fail("read leases", err)
+	}
+	return out, nil
+}
+
+// LeaseKeys implements mvcc.ReadTx.
+func (r *reader) LeaseKeys(ctx context.Context, id int64) ([][]byte, error) {
+	rows, err := r.query(ctx, qLeaseKeys, id)
+	if err != nil {
+		return nil, r.fail("read lease keys", err)
+	}
+	defer rows.Close()
+	var out [][]byte
+	for rows.Next() {
+		var k []byte
+		if err := rows.Scan(&k); err != nil {
+			return nil, r.fail("read lease keys: scan", err)
+		}
+		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, r.fail("read lease keys", err)
+	}
+	return out, nil
+}
+
+// Rollback ends the read transaction and returns its connection to the pool.
+func (t *readTx) Rollback() error {
+	err := t.tx.Rollback()
+	if err != nil && !errors.Is(err, sql.ErrTxDone) {
+		err = fmt.Errorf("end read: %w", err)
+	} else {
+		err = nil
+	}
+	return errors.Join(err, t.conn.Close())
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}

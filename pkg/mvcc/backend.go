@@ -1,0 +1,146 @@
+package mvcc
+
+import (
+	"context"
+	"io"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
+
+// Backend is durable storage for the revision log. It is declared here, by its
+// consumer, and implemented by every driver (pkg/drivers/sqlite, postgres,
+// raftsql). A driver stores rows and decides where they live; it never decides
+// what a write means: revisions, versions, compares and lease rules are all
+// computed by this package and handed to the driver as finished rows.
+//
+// The log holds one row per key change. A row is identified by its main
+// revision and sub-revision (the position of the change inside its
+// transaction). For every key at most one row exists per main revision: etcd
+// rejects transactions that touch a key twice, and so does Apply.
+//
+// Besides the log a driver keeps an index of live keys (the newest row of each
+// key that is not a tombstone), the current and compacted revisions, and the
+// lease table. All of it changes only inside a WriteTx.
+type Backend interface {
+	// BeginRead opens a read-only snapshot. Readers are never blocked by the
+	// writer and see only committed transactions.
+	BeginRead(ctx context.Context) (ReadTx, error)
+
+	// BeginWrite opens the write transaction. The Store guarantees that at
+	// most one WriteTx of a Backend is open at a time in this process; a
+	// driver shared by several processes (postgres) serialises them itself.
+	BeginWrite(ctx context.Context) (WriteTx, error)
+
+	// Size returns the bytes the database occupies on disk and the bytes in
+	// use by live pages (etcd's db_size and db_size_in_use).
+	Size(ctx context.Context) (size, inUse int64, err error)
+
+	// Defragment returns free pages to the file system. It may block writers
+	// while it runs, as etcd's defrag does.
+	Defragment(ctx context.Context) error
+
+	// Snapshot writes a consistent copy of the whole database to w, in a form
+	// the same driver can open again as its data file.
+	Snapshot(ctx context.Context, w io.Writer) error
+
+	// Close releases the database. Open transactions must be finished first.
+	Close() error
+}
+
+// ReadTx is a consistent snapshot of the store. Every method sees the same
+// committed state. A ReadTx must be ended with Rollback (a WriteTx with Commit
+// or Rollback).
+type ReadTx interface {
+	// Revisions returns the current revision (the main revision of the newest
+	// committed write; 0 for an empty store) and the compacted revision (0 if
+	// never compacted).
+	Revisions(ctx context.Context) (current, compacted int64, err error)
+
+	// Range returns the keys in [key, end) as they were at revision rev, in
+	// ascending key order, skipping keys that did not exist or were deleted at
+	// rev. end follows etcd: nil means only key itself; "\x00" means every key
+	// >= key. At most limit rows are returned when limit > 0. With keysOnly the
+	// Value field is left empty. rev is never 0: the caller passes the current
+	// revision for a latest read, and a driver should serve rev == current from
+	// its live-key index instead of the log.
+	Range(ctx context.Context, key, end []byte, rev, limit int64, keysOnly bool) ([]*mvccpb.KeyValue, error)
+
+	// Count returns how many keys Range(key, end, rev) would return without a
+	// limit, without reading values.
+	Count(ctx context.Context, key, end []byte, rev int64) (int64, error)
+
+	// Get returns the live row of key at the current revision, or nil if the
+	// key does not exist. It is the fast path for compares and prev_kv.
+	Get(ctx context.Context, key []byte) (*mvccpb.KeyValue, error)
+
+	// Changes returns the log rows with fromRev <= main revision <= toRev in
+	// (revision, sub-revision) order, at most limit rows when limit > 0 (a
+	// caller that needs whole revisions asks again from the last revision it
+	// saw). With withPrev, each event's PrevKv holds the row the change
+	// replaced (nil if the key did not exist before it).
+	Changes(ctx context.Context, fromRev, toRev int64, limit int, withPrev bool) ([]Change, error)
+
+	// Leases returns every lease in ascending ID order.
+	Leases(ctx context.Context) ([]Lease, error)
+
+	// LeaseKeys returns the live keys attached to lease id, in ascending order.
+	LeaseKeys(ctx context.Context, id int64) ([][]byte, error)
+
+	// Rollback ends the transaction, discarding any writes.
+	Rollback() error
+}
+
+// WriteTx is the single write transaction. Its reads see its own writes.
+type WriteTx interface {
+	ReadTx
+
+	// Put appends a row for kv.Key at kv.ModRevision with sub-revision sub and
+	// makes it the live row of the key. kv is complete: CreateRevision,
+	// Version and Lease are already computed.
+	Put(ctx context.Context, kv *mvccpb.KeyValue, sub int64) error
+
+	// Delete appends a tombstone row for key at rev/sub and removes the key
+	// from the live index.
+	Delete(ctx context.Context, key []byte, rev, sub int64) error
+
+	// SetRevisions records the current and compacted revisions.
+	SetRevisions(ctx context.Context, current, compacted int64) error
+
+	// PutLease creates or replaces a lease.
+	PutLease(ctx context.Context, l Lease) error
+
+	// DeleteLease removes a lease. Keys are detached by the caller (it
+	// deletes them) before the lease is removed.
+	DeleteLease(ctx context.Context, id int64) error
+
+	// CompactBatch physically removes, among rows with fromRev <= revision <=
+	// toRev, the ones that are no longer visible at revision compacted:
+	// rows superseded by a newer row of the same key with revision <=
+	// compacted, and tombstones with revision <= compacted. Callers keep
+	// toRev <= compacted and walk the range in bounded steps so writers are
+	// never blocked for long. It returns the number of rows removed.
+	CompactBatch(ctx context.Context, compacted, fromRev, toRev int64) (int64, error)
+
+	// Commit makes every write of the transaction durable (fsynced) and
+	// visible, or fails and leaves no trace of any of them.
+	Commit() error
+}
+
+// Change is one row of the revision log as the watch machinery sees it.
+type Change struct {
+	// Sub is the position of the change inside its revision.
+	Sub int64
+	// Deleted is true for a tombstone; KV then carries only Key and
+	// ModRevision, as etcd's DELETE events do.
+	Deleted bool
+	KV      *mvccpb.KeyValue
+	// PrevKV is filled only when asked for (Changes withPrev, or by Apply).
+	PrevKV *mvccpb.KeyValue
+}
+
+// Lease is the durable part of a lease. Its remaining time lives in memory
+// (the lessor), as in etcd: a restart gives every lease its full TTL again.
+type Lease struct {
+	ID  int64
+	TTL int64 // granted TTL in seconds
+}

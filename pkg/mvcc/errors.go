@@ -1,0 +1,40 @@
+package mvcc
+
+import "errors"
+
+// Sentinel errors of the store. pkg/server maps each of them to the gRPC
+// status etcd returns (go.etcd.io/etcd/api/v3/v3rpc/rpctypes) in one place.
+var (
+	// ErrCompacted: the requested revision is below the compacted revision
+	// and its history is gone.
+	ErrCompacted = errors.New("mvcc: required revision has been compacted")
+	// ErrFutureRev: the requested revision is newer than the current one.
+	ErrFutureRev = errors.New("mvcc: required revision is a future revision")
+	// ErrLeaseNotFound: a put or revoke named a lease that does not exist.
+	ErrLeaseNotFound = errors.New("lease: lease not found")
+	// ErrLeaseExists: a grant asked for an ID that is already in use.
+	ErrLeaseExists = errors.New("lease: lease already exists")
+	// ErrLeaseTTLTooLarge: a grant asked for a TTL above etcd's maximum.
+	ErrLeaseTTLTooLarge = errors.New("lease: too large lease TTL")
+	// ErrKeyNotFound: a put with ignore_value or ignore_lease named a key
+	// that does not exist.
+	ErrKeyNotFound = errors.New("mvcc: key not found")
+	// ErrDuplicateKey: a txn writes the same key twice.
+	ErrDuplicateKey = errors.New("mvcc: duplicate key given in txn request")
+	// ErrTooManyOps: a txn has more operations than MaxTxnOps.
+	ErrTooManyOps = errors.New("mvcc: too many operations in txn request")
+	// ErrEmptyKey: a request has an empty key where one is required.
+	ErrEmptyKey = errors.New("mvcc: key is not provided")
+	// ErrValueProvided / ErrLeaseProvided: put with ignore_value (ignore_lease)
+	// also set a value (lease).
+	ErrValueProvided = errors.New("mvcc: value is provided")
+	ErrLeaseProvided = errors.New("mvcc: lease is provided")
+	// ErrNoSpace: the backend quota is exhausted and the NOSPACE alarm is
+	// raised; writes are refused until space is freed and the alarm disarmed.
+	ErrNoSpace = errors.New("mvcc: database space exceeded")
+	// ErrClosed: the store is closed.
+	ErrClosed = errors.New("mvcc: store closed")
+	// ErrWatchIDExists: a watch create request asked for an ID in use on
+	// that stream.
+	ErrWatchIDExists = errors.New("mvcc: watch ID already exists")
+)
