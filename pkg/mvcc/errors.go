@@ -34,7 +34,4 @@ var (
 	ErrNoSpace = errors.New("mvcc: database space exceeded")
 	// ErrClosed: the store is closed.
 	ErrClosed = errors.New("mvcc: store closed")
-	// ErrWatchIDExists: a watch create request asked for an ID in use on
-	// that stream.
-	ErrWatchIDExists = errors.New("mvcc: watch ID already exists")
 )

@@ -1,0 +1,255 @@
+package mvcc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// applier gives one write request its meaning. It runs inside a WriteTx at a
+// known revision and is deterministic: no clock, no randomness, no map
+// iteration in its output. The same code serves every storage mode, so a
+// raft replica applying the same requests in the same order writes the same
+// rows.
+type applier struct {
+	ctx       context.Context
+	tx        WriteTx
+	current   int64 // revision before this request
+	compacted int64
+	leases    leaseView
+	changes   []Change
+}
+
+// leaseView answers whether a lease exists, including grants and revokes
+// made earlier in the same batch.
+type leaseView interface {
+	exists(id int64) bool
+}
+
+// applyResult is what one request produced.
+type applyResult struct {
+	resp    proto.Message
+	changes []Change
+	// compacted is set when a Compaction request moved the compacted revision.
+	compacted int64
+	// granted / revoked report lease table changes for the lessor.
+	granted *Lease
+	revoked int64
+}
+
+// isRequestError reports whether err rejects one request without touching
+// storage (the batch goes on) rather than failing the storage transaction.
+func isRequestError(err error) bool {
+	for _, e := range []error{ErrCompacted, ErrFutureRev, ErrLeaseNotFound, ErrLeaseExists,
+		ErrLeaseTTLTooLarge, ErrKeyNotFound} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// apply evaluates one request. A request error (isRequestError) is returned
+// before anything is written.
+func (a *applier) apply(r *pb.InternalRaftRequest) (*applyResult, error) {
+	var (
+		res = &applyResult{}
+		err error
+	)
+	switch {
+	case r.Put != nil:
+		res.resp, err = a.applyPut(r.Put)
+	case r.DeleteRange != nil:
+		res.resp, err = a.applyDeleteRange(r.DeleteRange)
+	case r.Txn != nil:
+		res.resp, err = a.applyTxn(r.Txn)
+	case r.Compaction != nil:
+		res.resp, res.compacted, err = a.applyCompaction(r.Compaction)
+	case r.LeaseGrant != nil:
+		res.resp, res.granted, err = a.applyLeaseGrant(r.LeaseGrant)
+	case r.LeaseRevoke != nil:
+		res.resp, err = a.applyLeaseRevoke(r.LeaseRevoke)
+		res.revoked = r.LeaseRevoke.ID
+	default:
+		return nil, fmt.Errorf("mvcc: unsupported write request %v", r)
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.changes = a.changes
+	return res, nil
+}
+
+// readRev is the revision reads inside the request see: its own writes once
+// it has made any, as in etcd.
+func (a *applier) readRev() int64 {
+	if len(a.changes) > 0 {
+		return a.current + 1
+	}
+	return a.current
+}
+
+// beforeWrite moves the stored current revision to the request's revision on
+// its first change, so that the driver serves reads inside the request from
+// its live-key index.
+func (a *applier) beforeWrite() error {
+	if len(a.changes) > 0 {
+		return nil
+	}
+	if err := a.tx.SetRevisions(a.ctx, a.current+1, a.compacted); err != nil {
+		return fmt.Errorf("set revision: %w", err)
+	}
+	return nil
+}
+
+// checkPut validates a put against the state before the request and returns
+// the key's previous row (needed for ignore_value, ignore_lease and prev_kv).
+func (a *applier) checkPut(p *pb.PutRequest) (*mvccpb.KeyValue, error) {
+	if p.Lease != 0 && !a.leases.exists(p.Lease) {
+		return nil, ErrLeaseNotFound
+	}
+	prev, err := a.tx.Get(a.ctx, p.Key)
+	if err != nil {
+		return nil, fmt.Errorf("get previous kv: %w", err)
+	}
+	if (p.IgnoreValue || p.IgnoreLease) && prev == nil {
+		return nil, ErrKeyNotFound
+	}
+	return prev, nil
+}
+
+func (a *applier) applyPut(p *pb.PutRequest) (*pb.PutResponse, error) {
+	prev, err := a.checkPut(p)
+	if err != nil {
+		return nil, err
+	}
+	return a.put(p, prev)
+}
+
+// put writes a put whose checks have passed.
+func (a *applier) put(p *pb.PutRequest, prev *mvccpb.KeyValue) (*pb.PutResponse, error) {
+	if err := a.beforeWrite(); err != nil {
+		return nil, err
+	}
+	rev := a.current + 1
+	kv := &mvccpb.KeyValue{Key: p.Key, Value: p.Value, Lease: p.Lease, ModRevision: rev, CreateRevision: rev, Version: 1}
+	if prev != nil {
+		kv.CreateRevision = prev.CreateRevision
+		kv.Version = prev.Version + 1
+		if p.IgnoreValue {
+			kv.Value = prev.Value
+		}
+		if p.IgnoreLease {
+			kv.Lease = prev.Lease
+		}
+	}
+	sub := int64(len(a.changes))
+	if err := a.tx.Put(a.ctx, kv, sub); err != nil {
+		return nil, fmt.Errorf("put %q: %w", p.Key, err)
+	}
+	a.changes = append(a.changes, Change{Sub: sub, KV: kv, PrevKV: prev})
+	resp := &pb.PutResponse{Header: &pb.ResponseHeader{Revision: rev}}
+	if p.PrevKv {
+		resp.PrevKv = prev
+	}
+	return resp, nil
+}
+
+func (a *applier) applyDeleteRange(d *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	kvs, err := a.tx.Range(a.ctx, d.Key, rangeEnd(d.RangeEnd), a.readRev(), 0, false)
+	if err != nil {
+		return nil, fmt.Errorf("range keys to delete: %w", err)
+	}
+	resp := &pb.DeleteRangeResponse{Header: &pb.ResponseHeader{}}
+	if d.PrevKv {
+		resp.PrevKvs = kvs
+	}
+	if err := a.deleteKVs(kvs); err != nil {
+		return nil, err
+	}
+	resp.Deleted = int64(len(kvs))
+	resp.Header.Revision = a.readRev()
+	return resp, nil
+}
+
+// deleteKVs writes a tombstone for each of kvs, in the given (key) order.
+func (a *applier) deleteKVs(kvs []*mvccpb.KeyValue) error {
+	if len(kvs) == 0 {
+		return nil
+	}
+	if err := a.beforeWrite(); err != nil {
+		return err
+	}
+	rev := a.current + 1
+	for _, kv := range kvs {
+		sub := int64(len(a.changes))
+		if err := a.tx.Delete(a.ctx, kv.Key, rev, sub); err != nil {
+			return fmt.Errorf("delete %q: %w", kv.Key, err)
+		}
+		a.changes = append(a.changes, Change{
+			Sub: sub, Deleted: true,
+			KV:     &mvccpb.KeyValue{Key: kv.Key, ModRevision: rev},
+			PrevKV: kv,
+		})
+	}
+	return nil
+}
+
+func (a *applier) applyCompaction(c *pb.CompactionRequest) (*pb.CompactionResponse, int64, error) {
+	switch {
+	case c.Revision <= a.compacted:
+		return nil, 0, ErrCompacted
+	case c.Revision > a.current:
+		return nil, 0, ErrFutureRev
+	}
+	if err := a.tx.SetRevisions(a.ctx, a.current, c.Revision); err != nil {
+		return nil, 0, fmt.Errorf("set compacted revision: %w", err)
+	}
+	a.compacted = c.Revision
+	return &pb.CompactionResponse{Header: &pb.ResponseHeader{Revision: a.current}}, c.Revision, nil
+}
+
+func (a *applier) applyLeaseGrant(g *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, *Lease, error) {
+	if a.leases.exists(g.ID) {
+		return nil, nil, ErrLeaseExists
+	}
+	l := Lease{ID: g.ID, TTL: g.TTL}
+	if err := a.tx.PutLease(a.ctx, l); err != nil {
+		return nil, nil, fmt.Errorf("grant lease %d: %w", g.ID, err)
+	}
+	resp := &pb.LeaseGrantResponse{Header: &pb.ResponseHeader{Revision: a.current}, ID: l.ID, TTL: l.TTL}
+	return resp, &l, nil
+}
+
+// applyLeaseRevoke deletes the lease's keys in key order in one revision, as
+// etcd's lessor does, then the lease.
+func (a *applier) applyLeaseRevoke(r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	if !a.leases.exists(r.ID) {
+		return nil, ErrLeaseNotFound
+	}
+	keys, err := a.tx.LeaseKeys(a.ctx, r.ID)
+	if err != nil {
+		return nil, fmt.Errorf("keys of lease %d: %w", r.ID, err)
+	}
+	var kvs []*mvccpb.KeyValue
+	for _, k := range keys {
+		kv, err := a.tx.Get(a.ctx, k)
+		if err != nil {
+			return nil, fmt.Errorf("get %q: %w", k, err)
+		}
+		if kv != nil {
+			kvs = append(kvs, kv)
+		}
+	}
+	if err := a.deleteKVs(kvs); err != nil {
+		return nil, err
+	}
+	if err := a.tx.DeleteLease(a.ctx, r.ID); err != nil {
+		return nil, fmt.Errorf("revoke lease %d: %w", r.ID, err)
+	}
+	return &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: a.readRev()}}, nil
+}

@@ -1,0 +1,394 @@
+package mvcc
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
+
+// Config tunes a Store. Zero values take etcd's defaults.
+type Config struct {
+	// MaxTxnOps bounds the operations of one txn (etcd --max-txn-ops, 128).
+	// Validation happens in pkg/server; the store keeps it for reference.
+	MaxTxnOps int
+	// QuotaBackendBytes raises the NOSPACE alarm when the database would
+	// grow past it (etcd --quota-backend-bytes; 0: 2 GiB; negative: none).
+	QuotaBackendBytes int64
+	// ProgressNotifyInterval is the period of progress notifications to
+	// watchers that asked for them (etcd: 10 min).
+	ProgressNotifyInterval time.Duration
+	// MaxBatch bounds how many queued write requests share one commit.
+	MaxBatch int
+	// CompactBatchRevisions bounds the revisions one physical compaction
+	// step walks before it lets writers in again.
+	CompactBatchRevisions int64
+	// MinLeaseTTL is the smallest TTL a lease gets (etcd: 2 s with default
+	// election timing).
+	MinLeaseTTL int64
+	// MemberID names this member in alarms.
+	MemberID uint64
+	Logger   *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.MaxTxnOps == 0 {
+		c.MaxTxnOps = 128
+	}
+	if c.QuotaBackendBytes == 0 {
+		c.QuotaBackendBytes = 2 << 30
+	}
+	if c.ProgressNotifyInterval == 0 {
+		c.ProgressNotifyInterval = 10 * time.Minute
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = 256
+	}
+	if c.CompactBatchRevisions == 0 {
+		c.CompactBatchRevisions = 1000
+	}
+	if c.MinLeaseTTL == 0 {
+		c.MinLeaseTTL = 2
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Store is etcd's key-value state machine over a Backend: reads, the
+// group-committed write path, leases, compaction and the watch hub.
+type Store struct {
+	cfg Config
+	b   Backend
+	log *slog.Logger
+
+	// current and compacted mirror the committed revisions; they move only
+	// in the writer, after commit.
+	current   atomic.Int64
+	compacted atomic.Int64
+
+	writec    chan *pending
+	lessor    *lessor
+	quota     *quota
+	compactor *compactor
+	hub       *watchHub
+
+	ctx       context.Context // ends at Close; every goroutine watches it
+	cancel    context.CancelFunc
+	stopc     chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+}
+
+// Open starts a Store over b. A new store starts at revision 1, as etcd
+// does. Leases are read back from b and every one gets its full TTL again,
+// as after an etcd restart.
+func Open(ctx context.Context, b Backend, cfg Config) (*Store, error) {
+	cfg.setDefaults()
+	s := &Store{
+		cfg:    cfg,
+		b:      b,
+		log:    cfg.Logger.With("component", "mvcc"),
+		writec: make(chan *pending, cfg.MaxBatch),
+		lessor: newLessor(time.Now),
+		quota:  &quota{limit: cfg.QuotaBackendBytes, b: b, memberID: cfg.MemberID},
+		stopc:  make(chan struct{}),
+	}
+	current, compacted, leases, err := s.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.current.Store(current)
+	s.compacted.Store(compacted)
+	for _, l := range leases {
+		s.lessor.granted(l)
+	}
+	s.quota.refresh(ctx)
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.compactor = newCompactor(s, cfg.CompactBatchRevisions)
+	s.hub = newWatchHub(hubConfig{
+		history:          s.history,
+		compacted:        func() int64 { return s.compacted.Load() },
+		startRev:         current,
+		progressInterval: cfg.ProgressNotifyInterval,
+		logger:           s.log,
+	})
+	s.wg.Add(3)
+	go s.writeLoop()
+	go s.compactor.loop(s.ctx)
+	go s.expiryLoop(s.ctx, 500*time.Millisecond)
+	if compacted > 0 {
+		// A crash may have cut a physical compaction short: finish it.
+		s.compactor.notify(compacted)
+	}
+	return s, nil
+}
+
+// load reads the revisions and leases, initialising an empty store at
+// revision 1.
+func (s *Store) load(ctx context.Context) (current, compacted int64, leases []Lease, err error) {
+	tx, err := s.b.BeginWrite(ctx)
+	if err != nil {
+		return 0, 0, nil, fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if current, compacted, err = tx.Revisions(ctx); err != nil {
+		return 0, 0, nil, fmt.Errorf("read revisions: %w", err)
+	}
+	if current == 0 {
+		current = 1
+		if err = tx.SetRevisions(ctx, current, compacted); err != nil {
+			return 0, 0, nil, fmt.Errorf("initialise revision: %w", err)
+		}
+	}
+	if leases, err = tx.Leases(ctx); err != nil {
+		return 0, 0, nil, fmt.Errorf("read leases: %w", err)
+	}
+	if err = tx.Commit(); err != nil {
+		return 0, 0, nil, fmt.Errorf("commit: %w", err)
+	}
+	return current, compacted, leases, nil
+}
+
+// history serves the watch hub's catch-up reads from one snapshot.
+func (s *Store) history(ctx context.Context, fromRev, toRev int64, limit int, withPrev bool) ([]Change, int64, error) {
+	tx, err := s.b.BeginRead(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("begin read: %w", err)
+	}
+	defer tx.Rollback()
+	_, compacted, err := tx.Revisions(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read revisions: %w", err)
+	}
+	changes, err := tx.Changes(ctx, fromRev, toRev, limit, withPrev)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read changes: %w", err)
+	}
+	return changes, compacted, nil
+}
+
+// Range serves a RangeRequest. Every acknowledged write is committed before
+// its answer, so a fresh snapshot makes the read linearizable.
+func (s *Store) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	tx, err := s.b.BeginRead(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("begin read: %w", err)
+	}
+	defer tx.Rollback()
+	current, compacted, err := tx.Revisions(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read revisions: %w", err)
+	}
+	return executeRange(ctx, tx, r, current, compacted)
+}
+
+// Put, DeleteRange and Txn go through the group-committed write path.
+func (s *Store) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
+	resp, err := s.admit(ctx, &pb.InternalRaftRequest{Put: r})
+	if err != nil {
+		return nil, err
+	}
+	return resp.(*pb.PutResponse), nil
+}
+
+func (s *Store) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	resp, err := s.admit(ctx, &pb.InternalRaftRequest{DeleteRange: r})
+	if err != nil {
+		return nil, err
+	}
+	return resp.(*pb.DeleteRangeResponse), nil
+}
+
+// Txn serves read-only txns from a snapshot and the rest through the writer.
+func (s *Store) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
+	if txnReadOnly(r) {
+		return s.readTxn(ctx, r)
+	}
+	resp, err := s.admit(ctx, &pb.InternalRaftRequest{Txn: r})
+	if err != nil {
+		return nil, err
+	}
+	return resp.(*pb.TxnResponse), nil
+}
+
+// admit checks the quota, then queues the write.
+func (s *Store) admit(ctx context.Context, r *pb.InternalRaftRequest) (any, error) {
+	if err := s.quota.check(r); err != nil {
+		return nil, err
+	}
+	return s.write(ctx, r)
+}
+
+func txnReadOnly(r *pb.TxnRequest) bool {
+	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
+		for _, op := range ops {
+			if op.GetRequestRange() == nil {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// readTxn evaluates a txn whose every operation is a range on a read
+// snapshot: it cannot write, so it need not wait for the writer.
+func (s *Store) readTxn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
+	tx, err := s.b.BeginRead(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("begin read: %w", err)
+	}
+	defer tx.Rollback()
+	current, compacted, err := tx.Revisions(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read revisions: %w", err)
+	}
+	a := &applier{ctx: ctx, tx: readOnlyWriteTx{tx}, current: current, compacted: compacted, leases: s.lessor}
+	return a.applyTxn(r)
+}
+
+// readOnlyWriteTx lets the applier run a read-only txn on a ReadTx; its
+// write methods are never reached because the txn has no write operation.
+type readOnlyWriteTx struct{ ReadTx }
+
+var errReadOnly = errors.New("mvcc: write in a read-only transaction")
+
+func (readOnlyWriteTx) Put(context.Context, *mvccpb.KeyValue, int64) error { return errReadOnly }
+func (readOnlyWriteTx) Delete(context.Context, []byte, int64, int64) error { return errReadOnly }
+func (readOnlyWriteTx) SetRevisions(context.Context, int64, int64) error   { return errReadOnly }
+func (readOnlyWriteTx) PutLease(context.Context, Lease) error              { return errReadOnly }
+func (readOnlyWriteTx) DeleteLease(context.Context, int64) error           { return errReadOnly }
+func (readOnlyWriteTx) Commit() error                                      { return errReadOnly }
+func (readOnlyWriteTx) CompactBatch(context.Context, int64, int64, int64) (int64, error) {
+	return 0, errReadOnly
+}
+
+// Compact makes revisions below r.Revision unreadable and removes their rows
+// in the background; with r.Physical the answer waits for the removal.
+func (s *Store) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	resp, err := s.write(ctx, &pb.InternalRaftRequest{Compaction: r})
+	if err != nil {
+		return nil, err
+	}
+	if r.Physical {
+		if err := s.compactor.wait(ctx, r.Revision); err != nil {
+			return nil, err
+		}
+	}
+	return resp.(*pb.CompactionResponse), nil
+}
+
+// LeaseGrant picks an ID when the client left it 0 (before the request
+// enters the write path, so that applying it stays deterministic) and raises
+// the TTL to the minimum, as etcd's lessor does.
+func (s *Store) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
+	if r.TTL > MaxLeaseTTL {
+		return nil, ErrLeaseTTLTooLarge
+	}
+	g := &pb.LeaseGrantRequest{ID: r.ID, TTL: max(r.TTL, s.cfg.MinLeaseTTL)}
+	if g.ID == 0 {
+		g.ID = newLeaseID()
+	}
+	resp, err := s.admit(ctx, &pb.InternalRaftRequest{LeaseGrant: g})
+	if err != nil {
+		return nil, err
+	}
+	return resp.(*pb.LeaseGrantResponse), nil
+}
+
+// newLeaseID returns a random positive ID, as unlikely to collide as etcd's
+// member-prefixed, time-based IDs.
+func newLeaseID() int64 {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:])
+		if id := int64(binary.BigEndian.Uint64(b[:]) >> 1); id != 0 {
+			return id
+		}
+	}
+}
+
+func (s *Store) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	resp, err := s.write(ctx, &pb.InternalRaftRequest{LeaseRevoke: r})
+	if err != nil {
+		return nil, err
+	}
+	return resp.(*pb.LeaseRevokeResponse), nil
+}
+
+// LeaseRenew restarts lease id's TTL and returns it (ErrLeaseNotFound if it
+// does not exist or has already expired).
+func (s *Store) LeaseRenew(ctx context.Context, id int64) (int64, error) {
+	return s.lessor.renew(id)
+}
+
+// LeaseTimeToLive answers with ErrLeaseNotFound for an unknown lease; the
+// gRPC layer turns that into etcd's TTL -1 answer.
+func (s *Store) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	granted, left, ok := s.lessor.remaining(r.ID)
+	if !ok {
+		return nil, ErrLeaseNotFound
+	}
+	resp := &pb.LeaseTimeToLiveResponse{Header: &pb.ResponseHeader{Revision: s.current.Load()}, ID: r.ID, TTL: left, GrantedTTL: granted}
+	if r.Keys {
+		tx, err := s.b.BeginRead(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("begin read: %w", err)
+		}
+		defer tx.Rollback()
+		if resp.Keys, err = tx.LeaseKeys(ctx, r.ID); err != nil {
+			return nil, fmt.Errorf("keys of lease %d: %w", r.ID, err)
+		}
+	}
+	return resp, nil
+}
+
+func (s *Store) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
+	resp := &pb.LeaseLeasesResponse{Header: &pb.ResponseHeader{Revision: s.current.Load()}}
+	for _, id := range s.lessor.ids() {
+		resp.Leases = append(resp.Leases, &pb.LeaseStatus{ID: id})
+	}
+	return resp, nil
+}
+
+// Revisions returns the current and compacted revisions.
+func (s *Store) Revisions() (current, compacted int64) {
+	return s.current.Load(), s.compacted.Load()
+}
+
+// Alarm lists, activates or deactivates alarms (kite raises only NOSPACE).
+func (s *Store) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
+	resp := s.quota.alarm(r)
+	if r.Action == pb.AlarmRequest_DEACTIVATE {
+		s.quota.refresh(ctx)
+	}
+	resp.Header.Revision = s.current.Load()
+	return resp, nil
+}
+
+// Backend returns the storage (for Status, Defragment and Snapshot).
+func (s *Store) Backend() Backend { return s.b }
+
+// Close stops every goroutine of the store and closes the watch streams. It
+// does not close the Backend.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.cancel()
+		close(s.stopc)
+		s.wg.Wait()
+		s.hub.close()
+	})
+	return nil
+}

@@ -1,0 +1,243 @@
+package mvcc
+
+import (
+	"bytes"
+	"fmt"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
+
+// applyTxn runs etcd's general transaction: compares choose a branch at every
+// level (evaluated against the state before the txn), every chosen operation
+// is checked before anything is written, then the operations run in order,
+// each seeing the writes before it. All changes share one revision.
+func (a *applier) applyTxn(t *pb.TxnRequest) (*pb.TxnResponse, error) {
+	path, err := a.txnPath(t)
+	if err != nil {
+		return nil, err
+	}
+	prevs := map[string]*mvccpb.KeyValue{}
+	if _, err := a.checkTxn(t, path, prevs); err != nil {
+		return nil, err
+	}
+	resp, _, err := a.newTxnResp(t, path)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := a.executeTxn(t, path, resp, prevs); err != nil {
+		return nil, err
+	}
+	resp.Header.Revision = a.readRev()
+	return resp, nil
+}
+
+// txnPath records, depth first, the branch taken by t and by every nested
+// txn of the taken branches.
+func (a *applier) txnPath(t *pb.TxnRequest) ([]bool, error) {
+	ok, err := a.compares(t.Compare)
+	if err != nil {
+		return nil, err
+	}
+	path := []bool{ok}
+	for _, op := range branch(t, ok) {
+		if nested := op.GetRequestTxn(); nested != nil {
+			sub, err := a.txnPath(nested)
+			if err != nil {
+				return nil, err
+			}
+			path = append(path, sub...)
+		}
+	}
+	return path, nil
+}
+
+func branch(t *pb.TxnRequest, ok bool) []*pb.RequestOp {
+	if ok {
+		return t.Success
+	}
+	return t.Failure
+}
+
+func (a *applier) compares(cs []*pb.Compare) (bool, error) {
+	for _, c := range cs {
+		ok, err := a.compare(c)
+		if err != nil || !ok {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// compare follows etcd: over a range every existing key must satisfy it; a
+// VALUE compare on no key fails; other targets on no key compare zero values.
+func (a *applier) compare(c *pb.Compare) (bool, error) {
+	keysOnly := c.Target != pb.Compare_VALUE
+	kvs, err := a.tx.Range(a.ctx, c.Key, rangeEnd(c.RangeEnd), a.current, 0, keysOnly)
+	if err != nil {
+		return false, fmt.Errorf("range for compare: %w", err)
+	}
+	if len(kvs) == 0 {
+		if c.Target == pb.Compare_VALUE {
+			return false, nil
+		}
+		return compareKV(c, &mvccpb.KeyValue{}), nil
+	}
+	for _, kv := range kvs {
+		if !compareKV(c, kv) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func compareKV(c *pb.Compare, kv *mvccpb.KeyValue) bool {
+	var result int
+	switch c.Target {
+	case pb.Compare_VALUE:
+		result = bytes.Compare(kv.Value, c.GetValue())
+	case pb.Compare_CREATE:
+		result = cmpInt(kv.CreateRevision, c.GetCreateRevision())
+	case pb.Compare_MOD:
+		result = cmpInt(kv.ModRevision, c.GetModRevision())
+	case pb.Compare_VERSION:
+		result = cmpInt(kv.Version, c.GetVersion())
+	case pb.Compare_LEASE:
+		result = cmpInt(kv.Lease, c.GetLease())
+	}
+	switch c.Result {
+	case pb.Compare_EQUAL:
+		return result == 0
+	case pb.Compare_NOT_EQUAL:
+		return result != 0
+	case pb.Compare_GREATER:
+		return result > 0
+	case pb.Compare_LESS:
+		return result < 0
+	}
+	return true
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// checkTxn validates the chosen operations before any write, so a rejected
+// txn leaves no trace. It records the previous row of each put's key.
+func (a *applier) checkTxn(t *pb.TxnRequest, path []bool, prevs map[string]*mvccpb.KeyValue) (int, error) {
+	used := 0
+	for _, op := range branch(t, path[0]) {
+		switch r := op.Request.(type) {
+		case *pb.RequestOp_RequestRange:
+			if r.RequestRange == nil {
+				continue
+			}
+			if _, err := checkRevision(r.RequestRange.Revision, a.current, a.compacted); err != nil {
+				return 0, err
+			}
+		case *pb.RequestOp_RequestPut:
+			if r.RequestPut == nil {
+				continue
+			}
+			prev, err := a.checkPut(r.RequestPut)
+			if err != nil {
+				return 0, err
+			}
+			prevs[string(r.RequestPut.Key)] = prev
+		case *pb.RequestOp_RequestTxn:
+			if r.RequestTxn == nil {
+				continue
+			}
+			n, err := a.checkTxn(r.RequestTxn, path[1+used:], prevs)
+			if err != nil {
+				return 0, err
+			}
+			used += n + 1
+		}
+	}
+	return used, nil
+}
+
+// newTxnResp allocates the response tree for the taken path; nested txn
+// responses carry an empty header, as etcd's do.
+func (a *applier) newTxnResp(t *pb.TxnRequest, path []bool) (*pb.TxnResponse, int, error) {
+	ops := branch(t, path[0])
+	resp := &pb.TxnResponse{Succeeded: path[0], Header: &pb.ResponseHeader{}, Responses: make([]*pb.ResponseOp, len(ops))}
+	used := 0
+	for i, op := range ops {
+		switch r := op.Request.(type) {
+		case *pb.RequestOp_RequestRange:
+			resp.Responses[i] = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{}}
+		case *pb.RequestOp_RequestPut:
+			resp.Responses[i] = &pb.ResponseOp{Response: &pb.ResponseOp_ResponsePut{}}
+		case *pb.RequestOp_RequestDeleteRange:
+			resp.Responses[i] = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseDeleteRange{}}
+		case *pb.RequestOp_RequestTxn:
+			if r.RequestTxn == nil {
+				resp.Responses[i] = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseTxn{}}
+				continue
+			}
+			nested, n, err := a.newTxnResp(r.RequestTxn, path[1+used:])
+			if err != nil {
+				return nil, 0, err
+			}
+			resp.Responses[i] = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseTxn{ResponseTxn: nested}}
+			used += n + 1
+		default:
+			resp.Responses[i] = &pb.ResponseOp{}
+		}
+	}
+	return resp, used, nil
+}
+
+func (a *applier) executeTxn(t *pb.TxnRequest, path []bool, resp *pb.TxnResponse, prevs map[string]*mvccpb.KeyValue) (int, error) {
+	used := 0
+	for i, op := range branch(t, path[0]) {
+		out := resp.Responses[i].Response
+		switch r := op.Request.(type) {
+		case *pb.RequestOp_RequestRange:
+			if r.RequestRange == nil {
+				continue
+			}
+			rr, err := executeRange(a.ctx, a.tx, r.RequestRange, a.readRev(), a.compacted)
+			if err != nil {
+				return 0, fmt.Errorf("txn range: %w", err)
+			}
+			out.(*pb.ResponseOp_ResponseRange).ResponseRange = rr
+		case *pb.RequestOp_RequestPut:
+			if r.RequestPut == nil {
+				continue
+			}
+			pr, err := a.put(r.RequestPut, prevs[string(r.RequestPut.Key)])
+			if err != nil {
+				return 0, err
+			}
+			out.(*pb.ResponseOp_ResponsePut).ResponsePut = pr
+		case *pb.RequestOp_RequestDeleteRange:
+			if r.RequestDeleteRange == nil {
+				continue
+			}
+			dr, err := a.applyDeleteRange(r.RequestDeleteRange)
+			if err != nil {
+				return 0, err
+			}
+			out.(*pb.ResponseOp_ResponseDeleteRange).ResponseDeleteRange = dr
+		case *pb.RequestOp_RequestTxn:
+			if r.RequestTxn == nil {
+				continue
+			}
+			n, err := a.executeTxn(r.RequestTxn, path[1+used:], out.(*pb.ResponseOp_ResponseTxn).ResponseTxn, prevs)
+			if err != nil {
+				return 0, err
+			}
+			used += n + 1
+		}
+	}
+	return used, nil
+}

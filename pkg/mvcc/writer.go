@@ -1,0 +1,200 @@
+package mvcc
+
+import (
+	"context"
+	"fmt"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// pending is one queued unit of work for the writer: a client write request,
+// or a maintenance step (fn) that needs the write transaction to itself.
+type pending struct {
+	ctx  context.Context
+	req  *pb.InternalRaftRequest
+	fn   func(ctx context.Context, tx WriteTx) error
+	resp proto.Message
+	err  error
+	done chan struct{}
+}
+
+// committed is one revision made durable by a batch, waiting to be published.
+type committed struct {
+	rev     int64
+	changes []Change
+}
+
+// write queues r for the writer and waits for its answer. If ctx ends first
+// the request may still be applied, as with etcd.
+func (s *Store) write(ctx context.Context, r *pb.InternalRaftRequest) (proto.Message, error) {
+	p := &pending{ctx: ctx, req: r, done: make(chan struct{})}
+	return s.enqueue(ctx, p)
+}
+
+// maintain runs fn in a write transaction of its own, between batches.
+func (s *Store) maintain(ctx context.Context, fn func(ctx context.Context, tx WriteTx) error) error {
+	p := &pending{ctx: ctx, fn: fn, done: make(chan struct{})}
+	_, err := s.enqueue(ctx, p)
+	return err
+}
+
+func (s *Store) enqueue(ctx context.Context, p *pending) (proto.Message, error) {
+	select {
+	case s.writec <- p:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-s.stopc:
+		return nil, ErrClosed
+	}
+	select {
+	case <-p.done:
+		return p.resp, p.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-s.stopc:
+		return nil, ErrClosed
+	}
+}
+
+// writeLoop is the single writer. It takes every request waiting (up to
+// MaxBatch), applies them in order in one transaction, commits once (one
+// fsync for all), publishes the events, then answers. This is group commit:
+// throughput comes from sharing the fsync.
+func (s *Store) writeLoop() {
+	defer s.wg.Done()
+	batch := make([]*pending, 0, s.cfg.MaxBatch)
+	for {
+		select {
+		case <-s.stopc:
+			s.drainClosed()
+			return
+		case p := <-s.writec:
+			batch = append(batch[:0], p)
+		}
+		if batch[0].fn != nil {
+			s.runMaintenance(batch[0])
+			continue
+		}
+	fill:
+		for len(batch) < s.cfg.MaxBatch {
+			select {
+			case p := <-s.writec:
+				if p.fn != nil {
+					// Keep queue order: the batch so far, then the step.
+					s.applyBatch(batch)
+					s.runMaintenance(p)
+					batch = batch[:0]
+					break fill
+				}
+				batch = append(batch, p)
+			default:
+				break fill
+			}
+		}
+		if len(batch) > 0 {
+			s.applyBatch(batch)
+		}
+	}
+}
+
+// drainClosed fails requests still queued when the store closes.
+func (s *Store) drainClosed() {
+	for {
+		select {
+		case p := <-s.writec:
+			p.err = ErrClosed
+			close(p.done)
+		default:
+			return
+		}
+	}
+}
+
+func (s *Store) runMaintenance(p *pending) {
+	defer close(p.done)
+	tx, err := s.b.BeginWrite(s.ctx)
+	if err != nil {
+		p.err = fmt.Errorf("begin maintenance: %w", err)
+		return
+	}
+	if err := p.fn(s.ctx, tx); err != nil {
+		_ = tx.Rollback()
+		p.err = err
+		return
+	}
+	if err := tx.Commit(); err != nil {
+		p.err = fmt.Errorf("commit maintenance: %w", err)
+	}
+}
+
+// applyBatch applies batch in one transaction. A storage failure fails every
+// request of the batch and leaves no trace: the transaction rolls back and
+// neither the revision counter nor the lessor moved.
+func (s *Store) applyBatch(batch []*pending) {
+	revs, err := s.applyAndCommit(batch)
+	if err != nil {
+		s.log.Error("write batch failed", "requests", len(batch), "err", err)
+		for _, p := range batch {
+			if p.err == nil {
+				p.err = err
+			}
+			p.resp = nil
+			close(p.done)
+		}
+		return
+	}
+	for _, c := range revs {
+		s.current.Store(c.rev)
+		s.hub.publish(c.rev, c.changes)
+	}
+	for _, p := range batch {
+		close(p.done)
+	}
+	s.quota.afterCommit(s.ctx)
+}
+
+func (s *Store) applyAndCommit(batch []*pending) ([]committed, error) {
+	tx, err := s.b.BeginWrite(s.ctx)
+	if err != nil {
+		return nil, fmt.Errorf("begin write: %w", err)
+	}
+	current, compacted, err := tx.Revisions(s.ctx)
+	if err != nil {
+		_ = tx.Rollback()
+		return nil, fmt.Errorf("read revisions: %w", err)
+	}
+	leases := &batchLeases{base: s.lessor, granted: map[int64]Lease{}, revoked: map[int64]bool{}}
+	var revs []committed
+	newCompacted := int64(0)
+	for _, p := range batch {
+		a := &applier{ctx: s.ctx, tx: tx, current: current, compacted: compacted, leases: leases}
+		res, err := a.apply(p.req)
+		if err != nil {
+			if isRequestError(err) && len(a.changes) == 0 {
+				p.err = err
+				continue
+			}
+			_ = tx.Rollback()
+			return nil, err
+		}
+		p.resp = res.resp
+		leases.record(res)
+		if res.compacted != 0 {
+			compacted, newCompacted = res.compacted, res.compacted
+		}
+		if len(res.changes) > 0 {
+			current++
+			revs = append(revs, committed{rev: current, changes: res.changes})
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	leases.commit()
+	if newCompacted != 0 {
+		s.compacted.Store(newCompacted)
+		s.compactor.notify(newCompacted)
+	}
+	return revs, nil
+}
