@@ -1,0 +1,178 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/kite-db/kite/pkg/server"
+)
+
+// envPrefix: every flag --some-name is also read from KITE_SOME_NAME. A flag
+// given on the command line wins over the environment.
+const envPrefix = "KITE_"
+
+// serveFlags are the flags of `kite` (serve). Names follow etcd's where the
+// meaning is the same.
+type serveFlags struct {
+	name                    string
+	dataDir                 string
+	listenClientURLs        urlsFlag
+	advertiseClientURLs     urlsFlag
+	maxRequestBytes         uint
+	maxTxnOps               uint
+	quotaBackendBytes       int64
+	watchProgressNotify     time.Duration
+	autoCompactionMode      string
+	autoCompactionRetention string
+	logLevel                string
+	logFormat               string
+}
+
+// aliasTarget returns the flag a deprecated alias stands for, or "".
+func aliasTarget(name string) string {
+	switch name {
+	case "experimental-watch-progress-notify-interval":
+		return "watch-progress-notify-interval"
+	}
+	return ""
+}
+
+func newServeFlagSet(f *serveFlags) *flag.FlagSet {
+	fs := flag.NewFlagSet("kite", flag.ContinueOnError)
+	fs.StringVar(&f.name, "name", server.DefaultName, "Human-readable name for this member.")
+	fs.StringVar(&f.dataDir, "data-dir", "./default.kite", "Path to the data directory (created 0700; the database is kite.db in it).")
+	f.listenClientURLs = urlsFlag{server.DefaultListenClientURL}
+	fs.Var(&f.listenClientURLs, "listen-client-urls", "Comma-separated `URLs` to serve clients on: http://host:port or unix:///path.")
+	fs.Var(&f.advertiseClientURLs, "advertise-client-urls", "Comma-separated client `URLs` reported to clients in member lists (default: the listen URLs).")
+	fs.UintVar(&f.maxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "Maximum client request size in bytes the server will accept.")
+	fs.UintVar(&f.maxTxnOps, "max-txn-ops", server.DefaultMaxTxnOps, "Maximum number of operations permitted in a transaction.")
+	fs.Int64Var(&f.quotaBackendBytes, "quota-backend-bytes", server.DefaultQuotaBackendBytes, "Raise the NOSPACE alarm when the database exceeds this size (negative: no quota).")
+	fs.DurationVar(&f.watchProgressNotify, "watch-progress-notify-interval", server.DefaultWatchProgressNotifyInterval, "Duration of periodic watch progress notifications.")
+	fs.DurationVar(&f.watchProgressNotify, "experimental-watch-progress-notify-interval", server.DefaultWatchProgressNotifyInterval, "Deprecated alias of --watch-progress-notify-interval.")
+	fs.StringVar(&f.autoCompactionMode, "auto-compaction-mode", server.CompactionModePeriodic, "Interpret 'auto-compaction-retention' as one of: 'periodic' (a duration) or 'revision' (a revision count).")
+	fs.StringVar(&f.autoCompactionRetention, "auto-compaction-retention", "0", "Auto compaction retention: for periodic a duration ('1h', '30m') or a number of hours; for revision a number of revisions. 0 disables.")
+	fs.StringVar(&f.logLevel, "log-level", "info", "Log level: debug, info, warn or error.")
+	fs.StringVar(&f.logFormat, "log-format", "text", "Log format: text or json.")
+	fs.Usage = func() { printUsage(fs.Output(), fs) }
+	return fs
+}
+
+// parseServeFlags parses args, then fills every flag not given on the
+// command line from its environment variable.
+func parseServeFlags(args []string, getenv func(string) string) (*serveFlags, error) {
+	f := &serveFlags{}
+	fs := newServeFlagSet(f)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q (see kite --help)", fs.Arg(0))
+	}
+	// A flag counts as given when it or its alias is on the command line.
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) {
+		set[fl.Name] = true
+		if target := aliasTarget(fl.Name); target != "" {
+			set[target] = true
+		}
+	})
+	var err error
+	fs.VisitAll(func(fl *flag.Flag) {
+		if err != nil || set[fl.Name] || set[aliasTarget(fl.Name)] {
+			return
+		}
+		v := getenv(envName(fl.Name))
+		if v == "" {
+			return
+		}
+		if serr := fs.Set(fl.Name, v); serr != nil {
+			err = fmt.Errorf("invalid value %q for %s: %w", v, envName(fl.Name), serr)
+		}
+	})
+	return f, err
+}
+
+// envName is the environment variable of a flag: KITE_ + upper snake case.
+func envName(flagName string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// config turns the flags into a server.Config.
+func (f *serveFlags) config(log *slog.Logger) server.Config {
+	return server.Config{
+		Name:                        f.name,
+		DataDir:                     f.dataDir,
+		ListenClientURLs:            f.listenClientURLs,
+		AdvertiseClientURLs:         f.advertiseClientURLs,
+		MaxRequestBytes:             int(f.maxRequestBytes),
+		MaxTxnOps:                   int(f.maxTxnOps),
+		QuotaBackendBytes:           f.quotaBackendBytes,
+		WatchProgressNotifyInterval: f.watchProgressNotify,
+		AutoCompactionMode:          f.autoCompactionMode,
+		AutoCompactionRetention:     f.autoCompactionRetention,
+		Logger:                      log,
+	}
+}
+
+// newLogger builds the process logger from --log-level and --log-format.
+func (f *serveFlags) newLogger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch f.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return nil, fmt.Errorf("--log-format %q: want text or json", f.logFormat)
+	}
+}
+
+// urlsFlag is a comma-separated list of URLs. Setting it replaces the
+// default rather than appending to it.
+type urlsFlag []string
+
+func (u *urlsFlag) String() string { return strings.Join(*u, ",") }
+
+func (u *urlsFlag) Set(v string) error {
+	var urls []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			urls = append(urls, s)
+		}
+	}
+	if len(urls) == 0 {
+		return fmt.Errorf("no URL in %q", v)
+	}
+	*u = urls
+	return nil
+}
+
+// printUsage lists every flag with its default and environment variable.
+func printUsage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprint(w, `Usage:
+  kite [flags]          serve the etcd v3 API from a SQLite database
+  kite version          print version information
+
+Every flag can also be set through an environment variable (shown below);
+a flag given on the command line wins over the environment.
+
+Flags:
+`)
+	fs.VisitAll(func(fl *flag.Flag) {
+		name, usage := flag.UnquoteUsage(fl)
+		fmt.Fprintf(w, "  --%s %s\n", fl.Name, name)
+		fmt.Fprintf(w, "        %s\n", usage)
+		if fl.DefValue != "" && fl.DefValue != "[]" {
+			fmt.Fprintf(w, "        default: %s\n", fl.DefValue)
+		}
+		fmt.Fprintf(w, "        env: %s\n", envName(fl.Name))
+	})
+}

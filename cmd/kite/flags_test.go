@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestParseServeFlagsDefaults(t *testing.T) {
+	f, err := parseServeFlags(nil, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.config(nil)
+	if c.Name != "default" || c.DataDir != "./default.kite" || c.ListenClientURLs[0] != "http://127.0.0.1:2379" ||
+		c.MaxRequestBytes != 1572864 || c.MaxTxnOps != 128 || c.QuotaBackendBytes != 2<<30 ||
+		c.WatchProgressNotifyInterval != 10*time.Minute || c.AutoCompactionMode != "periodic" || c.AutoCompactionRetention != "0" || len(c.AdvertiseClientURLs) != 0 {
+		t.Fatalf("defaults: %+v", c)
+	}
+}
+
+func TestParseServeFlagsEnv(t *testing.T) {
+	f, err := parseServeFlags(
+		[]string{"--data-dir", "/flag", "--max-txn-ops=7"},
+		env(map[string]string{
+			"KITE_DATA_DIR":                       "/env",
+			"KITE_NAME":                           "n1",
+			"KITE_LISTEN_CLIENT_URLS":             "http://127.0.0.1:1, unix:///tmp/k.sock",
+			"KITE_MAX_TXN_OPS":                    "9",
+			"KITE_AUTO_COMPACTION_MODE":           "revision",
+			"KITE_AUTO_COMPACTION_RETENTION":      "1000",
+			"KITE_WATCH_PROGRESS_NOTIFY_INTERVAL": "5s",
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.config(nil)
+	if c.DataDir != "/flag" || c.MaxTxnOps != 7 {
+		t.Errorf("command line must win over env: %+v", c)
+	}
+	if c.Name != "n1" || strings.Join(c.ListenClientURLs, " ") != "http://127.0.0.1:1 unix:///tmp/k.sock" ||
+		c.AutoCompactionMode != "revision" || c.AutoCompactionRetention != "1000" || c.WatchProgressNotifyInterval != 5*time.Second {
+		t.Errorf("env not applied: %+v", c)
+	}
+}
+
+func TestParseServeFlagsAlias(t *testing.T) {
+	f, err := parseServeFlags([]string{"--experimental-watch-progress-notify-interval=3s"},
+		env(map[string]string{"KITE_WATCH_PROGRESS_NOTIFY_INTERVAL": "9s"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.watchProgressNotify != 3*time.Second {
+		t.Fatalf("alias on the command line must win over env: %v", f.watchProgressNotify)
+	}
+	f, err = parseServeFlags(nil, env(map[string]string{"KITE_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL": "4s"}))
+	if err != nil || f.watchProgressNotify != 4*time.Second {
+		t.Fatalf("alias env: %v %v", f.watchProgressNotify, err)
+	}
+}
+
+func TestParseServeFlagsErrors(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		env  map[string]string
+	}{
+		{[]string{"--max-txn-ops=x"}, nil},
+		{nil, map[string]string{"KITE_MAX_REQUEST_BYTES": "-1"}},
+		{[]string{"extra"}, nil},
+		{[]string{"--listen-client-urls="}, nil},
+	} {
+		if _, err := parseServeFlags(tt.args, env(tt.env)); err == nil {
+			t.Errorf("%v %v: no error", tt.args, tt.env)
+		}
+	}
+}
+
+func TestUsageListsEnv(t *testing.T) {
+	var f serveFlags
+	fs := newServeFlagSet(&f)
+	var buf bytes.Buffer
+	fs.SetOutput(&buf)
+	fs.Usage()
+	fs.VisitAll(func(fl *flag.Flag) {
+		if !strings.Contains(buf.String(), "--"+fl.Name) || !strings.Contains(buf.String(), envName(fl.Name)) {
+			t.Errorf("usage misses --%s or %s", fl.Name, envName(fl.Name))
+		}
+	})
+}
+
+func TestNewLogger(t *testing.T) {
+	for _, tt := range []struct {
+		level, format string
+		ok            bool
+	}{
+		{"info", "text", true}, {"debug", "json", true}, {"warn", "text", true}, {"error", "json", true},
+		{"loud", "text", false}, {"info", "xml", false},
+	} {
+		f := serveFlags{logLevel: tt.level, logFormat: tt.format}
+		if _, err := f.newLogger(&bytes.Buffer{}); (err == nil) != tt.ok {
+			t.Errorf("%s/%s: %v", tt.level, tt.format, err)
+		}
+	}
+}

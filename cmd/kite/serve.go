@@ -1,0 +1,41 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"go.etcd.io/etcd/api/v3/version"
+
+	"github.com/kite-db/kite/pkg/server"
+)
+
+// runServe is the default command: serve until SIGINT or SIGTERM, then shut
+// down gracefully (in-flight requests finish, the database is closed).
+func runServe(args []string) int {
+	f, err := parseServeFlags(args, os.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		return fatalf("%v", err)
+	}
+	log, err := f.newLogger(os.Stderr)
+	if err != nil {
+		return fatalf("%v", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	log.Info("starting kite", "version", kiteVersion(), "etcd-api-version", version.Version,
+		"name", f.name, "data-dir", f.dataDir, "listen-client-urls", f.listenClientURLs.String())
+	if err := server.Run(ctx, f.config(log)); err != nil {
+		log.Error("kite stopped with an error", "error", err)
+		return 1
+	}
+	log.Info("kite stopped")
+	return 0
+}

@@ -1,0 +1,115 @@
+package server
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/binary"
+	"net/url"
+	"slices"
+	"strings"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// errNeedsRaftSQL answers membership changes: a sqlite-mode server is a
+// cluster of exactly one member, and only raftsql mode has raft
+// configuration changes behind the Cluster API.
+var errNeedsRaftSQL = status.Error(codes.FailedPrecondition,
+	"etcdserver: membership changes need kite's raftsql mode; this server is a single-member cluster")
+
+// memberID derives a stable member ID the way etcd derives one from a
+// member's peer URLs and cluster name (sha1, first 8 bytes big-endian):
+// here from the sorted advertise client URLs and the member name, so the ID
+// survives restarts and differs between servers. 0 is raft's "no leader",
+// so it is never returned.
+func memberID(name string, advertiseURLs []string) uint64 {
+	urls := slices.Clone(advertiseURLs)
+	slices.Sort(urls)
+	sum := sha1.Sum([]byte(strings.Join(urls, "") + name))
+	if id := binary.BigEndian.Uint64(sum[:8]); id != 0 {
+		return id
+	}
+	return 1
+}
+
+// clusterID derives the cluster ID from the member IDs as etcd does (sha1
+// of the sorted IDs, big-endian, first 8 bytes).
+func clusterID(members ...uint64) uint64 {
+	ids := slices.Clone(members)
+	slices.Sort(ids)
+	b := make([]byte, 8*len(ids))
+	for i, id := range ids {
+		binary.BigEndian.PutUint64(b[8*i:], id)
+	}
+	sum := sha1.Sum(b)
+	return binary.BigEndian.Uint64(sum[:8])
+}
+
+// clusterServer is etcd's Cluster service for a one-member cluster.
+type clusterServer struct {
+	pb.UnsafeClusterServer
+
+	hdr    *header
+	member *pb.Member
+}
+
+var _ pb.ClusterServer = (*clusterServer)(nil)
+
+// header is etcd's cluster header: no revision, membership is not in the
+// key space.
+func (s *clusterServer) header() *pb.ResponseHeader { return s.hdr.fillWithoutRevision(nil) }
+
+func (s *clusterServer) members() []*pb.Member { return []*pb.Member{s.member} }
+
+func (s *clusterServer) MemberList(ctx context.Context, r *pb.MemberListRequest) (*pb.MemberListResponse, error) {
+	return &pb.MemberListResponse{Header: s.header(), Members: s.members()}, nil
+}
+
+// MemberAdd checks the URLs as etcd does before refusing the change.
+func (s *clusterServer) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (*pb.MemberAddResponse, error) {
+	for _, u := range r.PeerURLs {
+		if !validPeerURL(u) {
+			return nil, rpctypes.ErrGRPCMemberBadURLs
+		}
+	}
+	return nil, errNeedsRaftSQL
+}
+
+func (s *clusterServer) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
+	if r.ID != s.member.ID {
+		return nil, rpctypes.ErrGRPCMemberNotFound
+	}
+	return nil, errNeedsRaftSQL
+}
+
+func (s *clusterServer) MemberUpdate(ctx context.Context, r *pb.MemberUpdateRequest) (*pb.MemberUpdateResponse, error) {
+	if r.ID != s.member.ID {
+		return nil, rpctypes.ErrGRPCMemberNotFound
+	}
+	return nil, errNeedsRaftSQL
+}
+
+// MemberPromote of the only member, which is a voter: etcd's "can only
+// promote a learner member".
+func (s *clusterServer) MemberPromote(ctx context.Context, r *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
+	if r.ID != s.member.ID {
+		return nil, rpctypes.ErrGRPCMemberNotFound
+	}
+	return nil, rpctypes.ErrGRPCMemberNotLearner
+}
+
+// validPeerURL applies etcd's types.NewURLs rules: http or https, a
+// host:port, no path.
+func validPeerURL(raw string) bool {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return false
+	}
+	if !strings.Contains(u.Host, ":") || (u.Path != "" && u.Path != "/") {
+		return false
+	}
+	return true
+}

@@ -1,0 +1,155 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+)
+
+// Defaults, the same values etcd uses for the flags of the same name.
+const (
+	DefaultName                        = "default"
+	DefaultListenClientURL             = "http://127.0.0.1:2379"
+	DefaultMaxRequestBytes             = 1.5 * 1024 * 1024
+	DefaultMaxTxnOps                   = 128
+	DefaultQuotaBackendBytes           = 2 * 1024 * 1024 * 1024
+	DefaultWatchProgressNotifyInterval = 10 * time.Minute
+
+	// grpcOverheadBytes is added to MaxRequestBytes for the gRPC receive
+	// limit, as etcd does, so that a request slightly over the limit reaches
+	// the handler and gets etcd's "request is too large" error instead of
+	// gRPC's ResourceExhausted.
+	grpcOverheadBytes = 512 * 1024
+
+	// minWatchProgressNotifyInterval is etcd's floor for the interval.
+	minWatchProgressNotifyInterval = 100 * time.Millisecond
+)
+
+// Auto-compaction modes (etcd --auto-compaction-mode).
+const (
+	CompactionModePeriodic = "periodic"
+	CompactionModeRevision = "revision"
+)
+
+// Config describes one kite server. The zero value of every field except
+// DataDir takes etcd's default.
+type Config struct {
+	// Name is the human-readable member name (etcd --name).
+	Name string
+	// DataDir holds the database (kite.db). Created with mode 0700.
+	DataDir string
+	// ListenClientURLs are the URLs to serve clients on: http://host:port,
+	// unix:///abs/path or unix://rel/path. Default http://127.0.0.1:2379.
+	ListenClientURLs []string
+	// AdvertiseClientURLs are reported in MemberList and feed the member ID.
+	// Default: ListenClientURLs.
+	AdvertiseClientURLs []string
+
+	// MaxRequestBytes bounds a write request (default 1.5 MiB).
+	MaxRequestBytes int
+	// MaxTxnOps bounds the operations of one txn (default 128).
+	MaxTxnOps int
+	// QuotaBackendBytes raises the NOSPACE alarm past this size (default
+	// 2 GiB; negative disables the quota).
+	QuotaBackendBytes int64
+	// WatchProgressNotifyInterval is the period of progress notifications
+	// (default 10 min, minimum 100 ms).
+	WatchProgressNotifyInterval time.Duration
+
+	// AutoCompactionMode is "periodic", "revision" or "" (off).
+	AutoCompactionMode string
+	// AutoCompactionRetention: for periodic a duration ("1h", "30m") or a
+	// plain number of hours; for revision a number of revisions. "0" or ""
+	// turns compaction off.
+	AutoCompactionRetention string
+
+	// Logger receives every log line. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// withDefaults returns a copy of c with etcd's defaults filled in.
+func (c Config) withDefaults() Config {
+	if c.Name == "" {
+		c.Name = DefaultName
+	}
+	if len(c.ListenClientURLs) == 0 {
+		c.ListenClientURLs = []string{DefaultListenClientURL}
+	}
+	if len(c.AdvertiseClientURLs) == 0 {
+		c.AdvertiseClientURLs = c.ListenClientURLs
+	}
+	if c.MaxRequestBytes <= 0 {
+		c.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if c.MaxTxnOps <= 0 {
+		c.MaxTxnOps = DefaultMaxTxnOps
+	}
+	if c.QuotaBackendBytes == 0 {
+		c.QuotaBackendBytes = DefaultQuotaBackendBytes
+	}
+	if c.WatchProgressNotifyInterval <= 0 {
+		c.WatchProgressNotifyInterval = DefaultWatchProgressNotifyInterval
+	}
+	if c.WatchProgressNotifyInterval < minWatchProgressNotifyInterval {
+		c.WatchProgressNotifyInterval = minWatchProgressNotifyInterval
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// validate rejects configurations that cannot work.
+func (c Config) validate() error {
+	if c.DataDir == "" {
+		return errors.New("data dir is required")
+	}
+	if _, err := c.compactionRetention(); err != nil {
+		return err
+	}
+	for _, u := range c.ListenClientURLs {
+		if _, _, err := parseListenURL(u); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// compactionRetention parses AutoCompactionRetention the way etcd's
+// parseCompactionRetention does: a bare integer is hours (periodic) or
+// revisions (revision); otherwise a Go duration, which only periodic accepts.
+// It returns 0 when compaction is off.
+func (c Config) compactionRetention() (time.Duration, error) {
+	if c.AutoCompactionMode == "" {
+		return 0, nil
+	}
+	if c.AutoCompactionRetention == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(c.AutoCompactionRetention, 10, 64)
+	if err == nil && n >= 0 {
+		switch c.AutoCompactionMode {
+		case CompactionModeRevision:
+			return time.Duration(n), nil
+		case CompactionModePeriodic:
+			return time.Duration(n) * time.Hour, nil
+		}
+		return 0, fmt.Errorf("unknown --auto-compaction-mode %q (want periodic or revision)", c.AutoCompactionMode)
+	}
+	if c.AutoCompactionMode != CompactionModePeriodic {
+		if c.AutoCompactionMode != CompactionModeRevision {
+			return 0, fmt.Errorf("unknown --auto-compaction-mode %q (want periodic or revision)", c.AutoCompactionMode)
+		}
+		return 0, fmt.Errorf("--auto-compaction-retention %q: revision mode needs a number of revisions", c.AutoCompactionRetention)
+	}
+	d, err := time.ParseDuration(c.AutoCompactionRetention)
+	if err != nil {
+		return 0, fmt.Errorf("parse --auto-compaction-retention: %w", err)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("--auto-compaction-retention %q is negative", c.AutoCompactionRetention)
+	}
+	return d, nil
+}

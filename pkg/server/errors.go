@@ -1,0 +1,59 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kite-db/kite/pkg/mvcc"
+)
+
+// errRequestTooLarge mirrors etcdserver's ErrRequestTooLarge: a write whose
+// encoded form exceeds MaxRequestBytes.
+var errRequestTooLarge = errors.New("etcdserver: request is too large")
+
+// errorMap pairs each sentinel a handler can see with the gRPC status etcd
+// answers for it. Order does not matter: sentinels are distinct.
+var errorMap = []struct {
+	err  error
+	grpc error
+}{
+	{mvcc.ErrCompacted, rpctypes.ErrGRPCCompacted},
+	{mvcc.ErrFutureRev, rpctypes.ErrGRPCFutureRev},
+	{mvcc.ErrLeaseNotFound, rpctypes.ErrGRPCLeaseNotFound},
+	{mvcc.ErrLeaseExists, rpctypes.ErrGRPCLeaseExist},
+	{mvcc.ErrLeaseTTLTooLarge, rpctypes.ErrGRPCLeaseTTLTooLarge},
+	{mvcc.ErrKeyNotFound, rpctypes.ErrGRPCKeyNotFound},
+	{mvcc.ErrNoSpace, rpctypes.ErrGRPCNoSpace},
+	{mvcc.ErrDuplicateKey, rpctypes.ErrGRPCDuplicateKey},
+	{mvcc.ErrTooManyOps, rpctypes.ErrGRPCTooManyOps},
+	{mvcc.ErrEmptyKey, rpctypes.ErrGRPCEmptyKey},
+	{mvcc.ErrValueProvided, rpctypes.ErrGRPCValueProvided},
+	{mvcc.ErrLeaseProvided, rpctypes.ErrGRPCLeaseProvided},
+	{mvcc.ErrClosed, rpctypes.ErrGRPCStopped},
+	{errRequestTooLarge, rpctypes.ErrGRPCRequestTooLarge},
+	// In sync with status.FromContextError, as etcd's togRPCError.
+	{context.Canceled, rpctypes.ErrGRPCCanceled},
+	{context.DeadlineExceeded, rpctypes.ErrGRPCDeadlineExceeded},
+}
+
+// toGRPCError is the one place where errors from the store become what a
+// client sees. Errors that already are gRPC statuses (validation) pass
+// through; unknown errors become codes.Unknown with their text, as in etcd.
+func toGRPCError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	for _, m := range errorMap {
+		if errors.Is(err, m.err) {
+			return m.grpc
+		}
+	}
+	return status.Error(codes.Unknown, err.Error())
+}

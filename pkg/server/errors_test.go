@@ -1,0 +1,73 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kite-db/kite/pkg/mvcc"
+)
+
+func TestToGRPCError(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want error
+	}{
+		{mvcc.ErrCompacted, rpctypes.ErrGRPCCompacted},
+		{mvcc.ErrFutureRev, rpctypes.ErrGRPCFutureRev},
+		{mvcc.ErrLeaseNotFound, rpctypes.ErrGRPCLeaseNotFound},
+		{mvcc.ErrLeaseExists, rpctypes.ErrGRPCLeaseExist},
+		{mvcc.ErrLeaseTTLTooLarge, rpctypes.ErrGRPCLeaseTTLTooLarge},
+		{mvcc.ErrKeyNotFound, rpctypes.ErrGRPCKeyNotFound},
+		{mvcc.ErrNoSpace, rpctypes.ErrGRPCNoSpace},
+		{mvcc.ErrDuplicateKey, rpctypes.ErrGRPCDuplicateKey},
+		{mvcc.ErrTooManyOps, rpctypes.ErrGRPCTooManyOps},
+		{mvcc.ErrEmptyKey, rpctypes.ErrGRPCEmptyKey},
+		{mvcc.ErrValueProvided, rpctypes.ErrGRPCValueProvided},
+		{mvcc.ErrLeaseProvided, rpctypes.ErrGRPCLeaseProvided},
+		{mvcc.ErrClosed, rpctypes.ErrGRPCStopped},
+		{errRequestTooLarge, rpctypes.ErrGRPCRequestTooLarge},
+		{context.Canceled, rpctypes.ErrGRPCCanceled},
+		{context.DeadlineExceeded, rpctypes.ErrGRPCDeadlineExceeded},
+		// Wrapped sentinels map the same way.
+		{fmt.Errorf("range: %w", mvcc.ErrCompacted), rpctypes.ErrGRPCCompacted},
+		{fmt.Errorf("commit: %w", context.DeadlineExceeded), rpctypes.ErrGRPCDeadlineExceeded},
+		// gRPC statuses pass through.
+		{rpctypes.ErrGRPCEmptyKey, rpctypes.ErrGRPCEmptyKey},
+	} {
+		if got := toGRPCError(tt.err); got != tt.want {
+			t.Errorf("%v: got %v, want %v", tt.err, got, tt.want)
+		}
+	}
+	if toGRPCError(nil) != nil {
+		t.Error("nil error mapped to non-nil")
+	}
+	got := toGRPCError(errors.New("disk on fire"))
+	if st, _ := status.FromError(got); st.Code() != codes.Unknown || st.Message() != "disk on fire" {
+		t.Errorf("unknown error: got %v", got)
+	}
+}
+
+func TestRecoverInterceptors(t *testing.T) {
+	log := testLogger(t)
+	_, err := recoverUnary(log)(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/x/Y"},
+		func(ctx context.Context, req any) (any, error) { panic("boom") })
+	if status.Code(err) != codes.Internal {
+		t.Fatalf("unary panic: got %v", err)
+	}
+	err = recoverStream(log)(nil, fakeServerStream{}, &grpc.StreamServerInfo{FullMethod: "/x/Z"},
+		func(srv any, ss grpc.ServerStream) error { panic("boom") })
+	if status.Code(err) != codes.Internal {
+		t.Fatalf("stream panic: got %v", err)
+	}
+}
+
+type fakeServerStream struct{ grpc.ServerStream }
+
+func (fakeServerStream) Context() context.Context { return context.Background() }

@@ -1,0 +1,124 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+)
+
+// Keepalive settings are etcd's defaults. MinTime matters most: gRPC's own
+// default (5 min) would answer kube-apiserver's 30 s pings with GOAWAY.
+const (
+	keepaliveMinTime  = 5 * time.Second
+	keepaliveInterval = 2 * time.Hour
+	keepaliveTimeout  = 20 * time.Second
+)
+
+// errInternal is what a client gets when a handler panics.
+var errInternal = status.Error(codes.Internal, "kite: internal server error")
+
+// services is everything registered on the gRPC server.
+type services struct {
+	kv          *kvServer
+	watch       *watchServer
+	lease       *leaseServer
+	maintenance *maintenanceServer
+	cluster     *clusterServer
+	auth        *authServer
+	health      *health.Server
+}
+
+// newGRPCServer builds the gRPC server with etcd's message limits and
+// keepalive policy, a panic barrier, and prometheus metrics.
+func newGRPCServer(log *slog.Logger, maxRequestBytes int, metrics *grpcprom.ServerMetrics, svc services) *grpc.Server {
+	gs := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor(), recoverUnary(log)),
+		grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor(), recoverStream(log)),
+		// Room above MaxRequestBytes so an oversized write reaches the
+		// handler and gets etcd's ErrGRPCRequestTooLarge.
+		grpc.MaxRecvMsgSize(maxRequestBytes+grpcOverheadBytes),
+		grpc.MaxSendMsgSize(math.MaxInt32),
+		grpc.MaxConcurrentStreams(math.MaxUint32),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveInterval, Timeout: keepaliveTimeout}),
+	)
+	pb.RegisterKVServer(gs, svc.kv)
+	pb.RegisterWatchServer(gs, svc.watch)
+	pb.RegisterLeaseServer(gs, svc.lease)
+	pb.RegisterClusterServer(gs, svc.cluster)
+	pb.RegisterAuthServer(gs, svc.auth)
+	pb.RegisterMaintenanceServer(gs, svc.maintenance)
+	healthpb.RegisterHealthServer(gs, svc.health)
+	metrics.InitializeMetrics(gs)
+	return gs
+}
+
+// recoverUnary turns a panic in a handler into codes.Internal. It is the
+// last line of defence: validation should already have refused any input
+// that could panic, so a panic here is a bug and is logged with its stack.
+func recoverUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				log.ErrorContext(ctx, "panic in gRPC handler", "method", info.FullMethod, "panic", p, "stack", string(debug.Stack()))
+				resp, err = nil, errInternal
+			}
+		}()
+		return handler(ctx, req)
+	}
+}
+
+func recoverStream(log *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				log.ErrorContext(ss.Context(), "panic in gRPC stream handler", "method", info.FullMethod, "panic", p, "stack", string(debug.Stack()))
+				err = errInternal
+			}
+		}()
+		return handler(srv, ss)
+	}
+}
+
+// logStreamError logs a failed stream send or receive: at debug level when
+// the client simply went away (canceled, deadline, disconnect), as a
+// warning otherwise. Mirrors etcd's isClientCtxErr.
+func logStreamError(ctx context.Context, log *slog.Logger, what string, err error) {
+	if isClientGone(ctx, err) {
+		log.DebugContext(ctx, "failed to "+what, "error", err)
+		return
+	}
+	log.WarnContext(ctx, "failed to "+what, "error", err)
+}
+
+func isClientGone(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	switch st.Code() {
+	case codes.Canceled, codes.DeadlineExceeded:
+		return true
+	case codes.Unavailable:
+		msg := st.Message()
+		return msg == "client disconnected" ||
+			(strings.HasPrefix(msg, "stream error: ") && strings.HasSuffix(msg, "; CANCEL"))
+	}
+	return false
+}

@@ -1,0 +1,146 @@
+package server
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func TestServerUnixSocket(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "kite.sock")
+	_, endpoint := mustStartServer(t, Config{ListenClientURLs: []string{"unix://" + sock}})
+	if endpoint != "unix://"+sock {
+		t.Fatalf("endpoint %q", endpoint)
+	}
+	cli := newClient(t, endpoint)
+	ctx := testContext(t)
+	if _, err := cli.Put(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	gr, err := cli.Get(ctx, "k")
+	if err != nil || len(gr.Kvs) != 1 {
+		t.Fatalf("get over unix socket: %v %v", gr, err)
+	}
+}
+
+// TestServerCloseWithOpenStreams checks that Close ends watch and keepalive
+// streams instead of waiting for clients to go away.
+func TestServerCloseWithOpenStreams(t *testing.T) {
+	srv, endpoint := mustStartServer(t, Config{})
+	cli := newClient(t, endpoint)
+	ctx := testContext(t)
+	wc := cli.Watch(ctx, "x", clientv3.WithCreatedNotify())
+	<-wc
+	lg, err := cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.KeepAlive(ctx, lg.ID); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > gracefulStopTimeout+5*time.Second {
+		t.Fatalf("Close took %v", d)
+	}
+}
+
+// TestServerCloseStopsGoroutines: after Close nothing of the server runs,
+// compactor included.
+func TestServerCloseStopsGoroutines(t *testing.T) {
+	before := runtime.NumGoroutine()
+	s, err := New(context.Background(), Config{
+		DataDir:                 t.TempDir(),
+		ListenClientURLs:        []string{"http://127.0.0.1:0", "unix://" + filepath.Join(t.TempDir(), "s.sock")},
+		AutoCompactionMode:      CompactionModePeriodic,
+		AutoCompactionRetention: "1h",
+		Logger:                  testLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(addrString(s.Addrs()[0]) + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	http.DefaultClient.CloseIdleConnections()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err == nil {
+		t.Fatal("Start after Close succeeded")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines before, %d after Close:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestNewFailsOnBusyPort(t *testing.T) {
+	_, endpoint := mustStartServer(t, Config{})
+	_, err := New(context.Background(), Config{
+		DataDir:          t.TempDir(),
+		ListenClientURLs: []string{endpoint},
+		Logger:           testLogger(t),
+	})
+	if err == nil {
+		t.Fatal("second server on the same port started")
+	}
+}
+
+func TestNewFailsOnDataDirInUse(t *testing.T) {
+	dir := t.TempDir()
+	mustStartServer(t, Config{DataDir: dir})
+	_, err := New(context.Background(), Config{DataDir: dir, ListenClientURLs: []string{"http://127.0.0.1:0"}, Logger: testLogger(t)})
+	if err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("second server on the same data dir: %v", err)
+	}
+}
+
+func TestUnixSocketInUse(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "kite.sock")
+	mustStartServer(t, Config{ListenClientURLs: []string{"unix://" + sock}})
+	_, err := New(context.Background(), Config{DataDir: t.TempDir(), ListenClientURLs: []string{"unix://" + sock}, Logger: testLogger(t)})
+	if err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("second server on a live socket: %v", err)
+	}
+}
+
+// TestCloseWithSilentConnection: a client that connects and never speaks
+// must not hold up Close (cmux waits for its first bytes).
+func TestCloseWithSilentConnection(t *testing.T) {
+	srv, endpoint := mustStartServer(t, Config{})
+	c, err := net.Dial("tcp", strings.TrimPrefix(endpoint, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	time.Sleep(50 * time.Millisecond) // let cmux start sniffing it
+	done := make(chan error, 1)
+	go func() { done <- srv.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(gracefulStopTimeout + 5*time.Second):
+		t.Fatal("Close hangs on a silent connection")
+	}
+}

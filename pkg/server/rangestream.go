@@ -1,0 +1,134 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"math"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// initialStreamChunkLimit is the key count of a RangeStream's first chunk
+// (etcd's value); later chunks grow or shrink toward MaxRequestBytes.
+const initialStreamChunkLimit = 10
+
+// RangeStream is etcd 3.7's streaming Range. Like etcd it answers a range as
+// a series of RangeResponse chunks read at one pinned revision: every chunk
+// carries only Kvs, and the last one also carries the header, More and
+// Count. kube-apiserver lists through it and falls back to paged Range only
+// on Unimplemented (which checkRangeStreamRequest returns for sorts and
+// revision filters, as etcd does).
+func (s *kvServer) RangeStream(r *pb.RangeRequest, rs pb.KV_RangeStreamServer) error {
+	if err := checkRangeStreamRequest(r); err != nil {
+		return err
+	}
+	if err := s.rangeStream(r, rs); err != nil {
+		return toGRPCError(err)
+	}
+	return nil
+}
+
+func (s *kvServer) rangeStream(r *pb.RangeRequest, rs pb.KV_RangeStreamServer) error {
+	ctx := rs.Context()
+	// Work on a copy: the loop rewrites Key, Limit and Revision.
+	r = proto.CloneOf(r)
+	send := func(out *pb.RangeResponse) error {
+		if out.Header != nil {
+			out.Header = s.hdr.fillWithoutRevision(out.Header)
+		}
+		return rs.Send(&pb.RangeStreamResponse{RangeResponse: out})
+	}
+
+	if r.CountOnly {
+		resp, err := s.store.Range(ctx, r)
+		if err != nil {
+			return err
+		}
+		return send(&pb.RangeResponse{
+			Header: &pb.ResponseHeader{Revision: resp.GetHeader().GetRevision()},
+			Count:  resp.Count,
+		})
+	}
+
+	totalLimit := r.Limit
+	if totalLimit <= 0 {
+		totalLimit = math.MaxInt64
+	}
+	r.Limit = min(int64(initialStreamChunkLimit), totalLimit)
+
+	var count, headerRev int64
+	for {
+		resp, err := s.store.Range(ctx, r)
+		if err != nil {
+			return err
+		}
+		// Pin the revision of the first chunk so that writes committed
+		// while the stream runs never show up in later chunks.
+		if headerRev == 0 {
+			headerRev = resp.GetHeader().GetRevision()
+			if r.Revision == 0 {
+				r.Revision = headerRev
+			}
+		}
+		count += int64(len(resp.Kvs))
+
+		more := resp.More && len(resp.Kvs) > 0
+		var nextKey []byte
+		if more {
+			nextKey = append(bytes.Clone(resp.Kvs[len(resp.Kvs)-1].Key), 0)
+		}
+		out := &pb.RangeResponse{Kvs: resp.Kvs}
+		done := !more || count >= totalLimit
+		if done {
+			out.Header = &pb.ResponseHeader{Revision: headerRev}
+			out.More = more
+			out.Count = count
+			if more {
+				remaining, err := s.countFrom(ctx, r, nextKey)
+				if err != nil {
+					return err
+				}
+				out.Count += remaining
+			}
+		}
+		if err := send(out); err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		r.Key = nextKey
+		r.Limit = min(adjustChunkLimit(r.Limit, proto.Size(resp), s.maxRequestBytes), totalLimit-count)
+	}
+}
+
+// countFrom counts the keys of r's range from key on, at r's pinned revision.
+func (s *kvServer) countFrom(ctx context.Context, r *pb.RangeRequest, key []byte) (int64, error) {
+	cr := &pb.RangeRequest{
+		Key:          key,
+		RangeEnd:     r.RangeEnd,
+		Revision:     r.Revision,
+		CountOnly:    true,
+		Serializable: true,
+	}
+	resp, err := s.store.Range(ctx, cr)
+	if err != nil {
+		return 0, err
+	}
+	return resp.Count, nil
+}
+
+// adjustChunkLimit picks the next chunk's key count so each chunk lands near
+// the target size. It only doubles or halves outside [target/2, 2*target] so
+// responses near the boundary do not thrash, and never returns 0 (which
+// would mean "no limit").
+func adjustChunkLimit(last int64, lastSize, target int) int64 {
+	switch {
+	case lastSize < target/2 && last <= math.MaxInt64/2:
+		last *= 2
+	case lastSize > target*2:
+		last /= 2
+	}
+	return max(last, 1)
+}

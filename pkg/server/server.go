@@ -1,0 +1,311 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/soheilhy/cmux"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/kite-db/kite/pkg/drivers/sqlite"
+	"github.com/kite-db/kite/pkg/mvcc"
+)
+
+// gracefulStopTimeout bounds how long Close lets in-flight RPCs finish
+// before cutting the remaining streams (watches never finish on their own).
+const gracefulStopTimeout = 2 * time.Second
+
+// Server is one kite member: the store, its gRPC services and the HTTP
+// endpoints, served on every client listener.
+type Server struct {
+	cfg       Config
+	log       *slog.Logger
+	lock      *os.File // held while the data dir is ours
+	backend   *sqlite.Backend
+	store     *mvcc.Store
+	grpc      *grpc.Server
+	http      *http.Server
+	health    *health.Server
+	compactor *compactor
+	listeners []*trackingListener
+
+	// errc receives the first serving error; Err returns it.
+	errc chan error
+	// stopping is closed by Close to end long-lived streams.
+	stopping chan struct{}
+	wg       sync.WaitGroup
+
+	mu      sync.Mutex // guards started and closed
+	started bool
+	closed  bool
+}
+
+// New opens the data directory, the database and the store, and binds every
+// client listener (so a port in use fails here, and Addrs is known before
+// Start). Nothing is served until Start.
+func New(ctx context.Context, cfg Config) (_ *Server, err error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("invalid config: %w", err)
+	}
+	retention, _ := cfg.compactionRetention()
+	log := cfg.Logger
+
+	s := &Server{cfg: cfg, log: log, errc: make(chan error, 1), stopping: make(chan struct{})}
+	// On any failure below, release what was opened so far.
+	defer func() {
+		if err != nil {
+			s.closeResources()
+		}
+	}()
+
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	if s.lock, err = lockDataDir(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	dbPath := filepath.Join(cfg.DataDir, "kite.db")
+	s.backend, err = sqlite.Open(ctx, dbPath, sqlite.Options{Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite backend %s: %w", dbPath, err)
+	}
+	s.store, err = mvcc.Open(ctx, s.backend, mvcc.Config{
+		MaxTxnOps:              cfg.MaxTxnOps,
+		QuotaBackendBytes:      cfg.QuotaBackendBytes,
+		ProgressNotifyInterval: cfg.WatchProgressNotifyInterval,
+		Logger:                 log.With("component", "mvcc"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+
+	for _, u := range cfg.ListenClientURLs {
+		l, err := listen(ctx, u)
+		if err != nil {
+			return nil, err
+		}
+		s.listeners = append(s.listeners, newTrackingListener(l))
+	}
+
+	s.buildServers()
+	s.compactor = newCompactor(log, s.store, cfg.AutoCompactionMode, retention)
+	return s, nil
+}
+
+// buildServers wires the gRPC services and the HTTP handler.
+func (s *Server) buildServers() {
+	cfg := s.cfg
+	mid := memberID(cfg.Name, cfg.AdvertiseClientURLs)
+	hdr := &header{
+		clusterID: clusterID(mid),
+		memberID:  mid,
+		rev:       func() int64 { rev, _ := s.store.Revisions(); return rev },
+	}
+	s.health = health.NewServer()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := grpcprom.NewServerMetrics()
+	reg.MustRegister(metrics, newStoreCollector(s.store, cfg.QuotaBackendBytes))
+
+	s.grpc = newGRPCServer(s.log, cfg.MaxRequestBytes, metrics, services{
+		kv: &kvServer{store: s.store, hdr: hdr, maxTxnOps: cfg.MaxTxnOps, maxRequestBytes: cfg.MaxRequestBytes},
+		watch: &watchServer{store: s.store, hdr: hdr, log: s.log.With("component", "watch"),
+			stopping: s.stopping, fragmentBytes: cfg.MaxRequestBytes + grpcOverheadBytes},
+		lease: &leaseServer{store: s.store, hdr: hdr, log: s.log.With("component", "lease"),
+			stopping: s.stopping, maxRequestBytes: cfg.MaxRequestBytes},
+		maintenance: &maintenanceServer{store: s.store, hdr: hdr, log: s.log.With("component", "maintenance"),
+			quota: cfg.QuotaBackendBytes, dataDir: cfg.DataDir},
+		cluster: &clusterServer{hdr: hdr, member: &pb.Member{
+			ID:         mid,
+			Name:       cfg.Name,
+			ClientURLs: cfg.AdvertiseClientURLs,
+		}},
+		auth:   &authServer{hdr: hdr},
+		health: s.health,
+	})
+	s.http = &http.Server{
+		Handler:           newHTTPHandler(s.log.With("component", "http"), s.store, reg),
+		ReadHeaderTimeout: 5 * time.Minute,
+		// Client mistakes (bad requests, resets) are not server errors.
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+}
+
+// Start serves gRPC and HTTP on every listener and returns at once. Each
+// listener is split by protocol (cmux): HTTP/2 goes to gRPC, HTTP/1 to the
+// health and metrics endpoints, as on an etcd client port.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("server is closed")
+	}
+	if s.started {
+		return errors.New("server already started")
+	}
+	s.started = true
+	for _, l := range s.listeners {
+		m := cmux.New(l)
+		httpL := m.Match(cmux.HTTP1())
+		grpcL := m.Match(cmux.HTTP2())
+		s.serve("grpc", l, func() error { return s.grpc.Serve(grpcL) })
+		s.serve("http", l, func() error { return s.http.Serve(httpL) })
+		s.serve("cmux", l, m.Serve)
+	}
+	s.compactor.start()
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	for _, l := range s.listeners {
+		s.log.Info("serving client traffic", "address", addrString(l.Addr()))
+	}
+	return nil
+}
+
+// serve runs fn until it fails; a failure before Close is reported on errc.
+func (s *Server) serve(what string, l net.Listener, fn func() error) {
+	s.wg.Go(func() {
+		err := fn()
+		s.mu.Lock()
+		closed := s.closed
+		s.mu.Unlock()
+		if closed || err == nil || errors.Is(err, http.ErrServerClosed) ||
+			errors.Is(err, grpc.ErrServerStopped) || errors.Is(err, cmux.ErrListenerClosed) ||
+			errors.Is(err, net.ErrClosed) {
+			return
+		}
+		err = fmt.Errorf("serve %s on %s: %w", what, addrString(l.Addr()), err)
+		select {
+		case s.errc <- err:
+		default:
+		}
+	})
+}
+
+// Err reports the first error that stopped a listener. Run uses it to stop
+// the whole server when serving fails.
+func (s *Server) Err() <-chan error { return s.errc }
+
+// Addrs returns the bound address of every client listener, in the order of
+// ListenClientURLs (useful with port 0).
+func (s *Server) Addrs() []net.Addr {
+	addrs := make([]net.Addr, len(s.listeners))
+	for i, l := range s.listeners {
+		addrs[i] = l.Addr()
+	}
+	return addrs
+}
+
+// Store returns the server's store, for embedders that want to read or write
+// in-process without gRPC.
+func (s *Server) Store() *mvcc.Store { return s.store }
+
+// Close stops serving and releases everything: streams (watch, keepalive)
+// end with etcd's "server stopped", in-flight unary RPCs get a moment to
+// finish, then the compactor stops, the store closes (ending its goroutines)
+// and the database closes. When Close returns, no goroutine of the server is
+// left.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+
+	s.health.Shutdown()
+	// Watch and keepalive streams never end on their own: end them now so
+	// the graceful stop waits only for unary calls in flight.
+	close(s.stopping)
+	stopped := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(gracefulStopTimeout):
+		s.grpc.Stop()
+		<-stopped
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), gracefulStopTimeout)
+	defer cancel()
+	if err := s.http.Shutdown(ctx); err != nil {
+		s.http.Close()
+	}
+	for _, l := range s.listeners {
+		l.Close()
+		// gRPC and HTTP closed theirs; what is left was still being
+		// sniffed by cmux.
+		l.closeConns()
+	}
+	s.wg.Wait()
+	return s.closeResources()
+}
+
+// closeResources stops the compactor and closes the store and the backend,
+// whichever of them were opened.
+func (s *Server) closeResources() error {
+	var errs []error
+	if s.grpc == nil {
+		// Built listeners but never reached Start/Close's shutdown path.
+		for _, l := range s.listeners {
+			l.Close()
+		}
+	}
+	s.compactor.stop()
+	if s.store != nil {
+		if err := s.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close store: %w", err))
+		}
+	}
+	if s.backend != nil {
+		if err := s.backend.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close backend: %w", err))
+		}
+	}
+	if s.lock != nil {
+		s.lock.Close() // releases the flock
+	}
+	return errors.Join(errs...)
+}
+
+// Run starts a server for cfg and serves until ctx is done or serving fails,
+// then closes it. It is the whole life of an embedded kite in one call.
+func Run(ctx context.Context, cfg Config) error {
+	s, err := New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if err := s.Start(); err != nil {
+		s.Close()
+		return err
+	}
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-s.Err():
+	}
+	return errors.Join(serveErr, s.Close())
+}
+
+func addrString(a net.Addr) string {
+	if a.Network() == "unix" {
+		return "unix://" + a.String()
+	}
+	return "http://" + a.String()
+}

@@ -1,0 +1,353 @@
+// Package test holds kite's end-to-end tests: kite runs as a real child
+// process and is compared, request by request, with a reference etcd 3.7
+// embedded in the test process.
+//
+// Debugging aid: KITE_TEST_AGAINST_ETCD=1 replaces the kite process with a
+// second embedded etcd, which proves the tests themselves on etcd-vs-etcd.
+// In that mode only the "--flag=value" spelling of extra flags is understood.
+package test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+var (
+	// kiteBin and etcdctlBin are built once per test process by TestMain.
+	kiteBin, etcdctlBin     string
+	kiteBuildErr, ctlBuildE error
+	againstEtcd             = os.Getenv("KITE_TEST_AGAINST_ETCD") == "1"
+)
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out))), nil
+}
+
+func goBuild(root, out, pkg string) error {
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// server is one etcd-compatible endpoint with its clients.
+type server struct {
+	name     string // "etcd" or "kite"
+	Endpoint string
+	Client   *clientv3.Client
+	KV       pb.KVClient
+	Lease    pb.LeaseClient
+	Watch    pb.WatchClient
+	Maint    pb.MaintenanceClient
+	Cluster  pb.ClusterClient
+}
+
+func newClient(endpoint string) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{
+		Endpoints:   []string{endpoint},
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+}
+
+func (s *server) connect(endpoint string) error {
+	c, err := newClient(endpoint)
+	if err != nil {
+		return err
+	}
+	s.Endpoint = endpoint
+	s.Client = c
+	conn := c.ActiveConnection()
+	s.KV = pb.NewKVClient(conn)
+	s.Lease = pb.NewLeaseClient(conn)
+	s.Watch = pb.NewWatchClient(conn)
+	s.Maint = pb.NewMaintenanceClient(conn)
+	s.Cluster = pb.NewClusterClient(conn)
+	return nil
+}
+
+// waitReady polls Status until the server answers or deadline passes.
+func (s *server) waitReady(deadline time.Time, exited <-chan struct{}) error {
+	var last error
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return fmt.Errorf("process exited before serving (last error: %v)", last)
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := s.Maint.Status(ctx, &pb.StatusRequest{})
+		if err == nil {
+			_, err = s.KV.Range(ctx, &pb.RangeRequest{Key: []byte("readiness")})
+		}
+		cancel()
+		if err == nil {
+			return nil
+		}
+		last = err
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("not ready in time: %v", last)
+}
+
+// etcdConfig holds the settings shared by kite flags and the embedded etcd.
+type etcdConfig struct {
+	progressNotify time.Duration
+}
+
+// parseFlags maps the kite flags the tests use onto an embedded etcd config.
+func parseFlags(t testing.TB, flags []string) etcdConfig {
+	t.Helper()
+	var c etcdConfig
+	for _, f := range flags {
+		name, val, _ := strings.Cut(strings.TrimLeft(f, "-"), "=")
+		switch name {
+		case "watch-progress-notify-interval":
+			d, err := time.ParseDuration(val)
+			if err != nil {
+				t.Fatalf("flag %s: %v", f, err)
+			}
+			c.progressNotify = d
+		default:
+			t.Fatalf("flag %q not understood by the embedded etcd (use --name=value)", f)
+		}
+	}
+	return c
+}
+
+// etcdServer is a reference etcd embedded in the test process.
+type etcdServer struct {
+	*server
+	e          *embed.Etcd
+	dir        string
+	cfg        etcdConfig
+	clientPort int
+	peerPort   int
+}
+
+// startEtcd starts a fresh embedded etcd 3.7 on loopback ports.
+func startEtcd(t testing.TB, flags ...string) *etcdServer {
+	t.Helper()
+	es := &etcdServer{server: &server{name: "etcd"}, dir: t.TempDir(), cfg: parseFlags(t, flags)}
+	var err error
+	for range 3 {
+		es.clientPort, es.peerPort = freePort(t), freePort(t)
+		if err = es.start(); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("start embedded etcd: %v", err)
+	}
+	t.Cleanup(es.stop)
+	return es
+}
+
+func (es *etcdServer) start() error {
+	cfg := embed.NewConfig()
+	cfg.Name = "t"
+	cfg.Dir = es.dir
+	cu := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(es.clientPort)}
+	pu := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(es.peerPort)}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.LogLevel = "error"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	if es.cfg.progressNotify > 0 {
+		cfg.WatchProgressNotifyInterval = es.cfg.progressNotify
+	}
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		e.Close()
+		return fmt.Errorf("embedded etcd not ready in 30s")
+	}
+	es.e = e
+	if err := es.connect(cu.String()); err != nil {
+		e.Close()
+		return err
+	}
+	return nil
+}
+
+func (es *etcdServer) stop() {
+	if es.Client != nil {
+		es.Client.Close()
+		es.Client = nil
+	}
+	if es.e != nil {
+		es.e.Close()
+		es.e = nil
+	}
+}
+
+// kiteProcess is kite running as a child process of the test.
+type kiteProcess struct {
+	*server
+	t       testing.TB
+	dataDir string
+	port    int
+	flags   []string
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	log     *syncBuffer
+	dev     *etcdServer // KITE_TEST_AGAINST_ETCD=1 only
+}
+
+// startKite starts kite with a fresh data dir on a free loopback port and
+// waits until it serves.
+func startKite(t testing.TB, extraFlags ...string) *kiteProcess {
+	t.Helper()
+	k := &kiteProcess{server: &server{name: "kite"}, t: t, dataDir: t.TempDir(), flags: extraFlags, log: &syncBuffer{}}
+	if againstEtcd {
+		k.dev = startEtcd(t, extraFlags...)
+		k.dev.name = "kite"
+		k.server = k.dev.server
+		return k
+	}
+	if kiteBuildErr != nil {
+		t.Fatalf("kite binary: %v", kiteBuildErr)
+	}
+	t.Cleanup(func() {
+		k.stop()
+		if t.Failed() {
+			t.Logf("kite log (tail):\n%s", k.log.tail(8192))
+		}
+	})
+	var err error
+	for range 3 {
+		k.port = freePort(t)
+		if err = k.start(); err == nil {
+			return k
+		}
+		k.stop()
+	}
+	t.Fatalf("start kite: %v\nlog:\n%s", err, k.log.tail(8192))
+	return nil
+}
+
+func (k *kiteProcess) start() error {
+	ep := "http://127.0.0.1:" + strconv.Itoa(k.port)
+	args := append([]string{
+		"--name", "t",
+		"--data-dir", k.dataDir,
+		"--listen-client-urls", ep,
+		"--advertise-client-urls", ep,
+		"--log-level", "warn",
+	}, k.flags...)
+	k.cmd = exec.Command(kiteBin, args...)
+	k.cmd.Stdout, k.cmd.Stderr = k.log, k.log
+	if err := k.cmd.Start(); err != nil {
+		return err
+	}
+	k.exited = make(chan struct{})
+	go func(cmd *exec.Cmd, c chan struct{}) { cmd.Wait(); close(c) }(k.cmd, k.exited)
+	if err := k.connect(ep); err != nil {
+		return err
+	}
+	return k.waitReady(time.Now().Add(30*time.Second), k.exited)
+}
+
+// stop kills the process (SIGKILL) and waits for it.
+func (k *kiteProcess) stop() {
+	if k.Client != nil {
+		k.Client.Close()
+		k.Client = nil
+	}
+	if k.cmd != nil && k.cmd.Process != nil {
+		k.cmd.Process.Kill()
+		<-k.exited
+		k.cmd = nil
+	}
+}
+
+// Kill ends kite abruptly (SIGKILL): no shutdown code runs.
+func (k *kiteProcess) Kill() {
+	if k.dev != nil {
+		k.dev.stop()
+		return
+	}
+	k.stop()
+}
+
+// Restart starts kite again on the same data dir and port.
+func (k *kiteProcess) Restart() {
+	k.t.Helper()
+	if k.dev != nil {
+		if err := k.dev.start(); err != nil {
+			k.t.Fatalf("restart: %v", err)
+		}
+		return
+	}
+	fmt.Fprintf(k.log, "\n----- restart -----\n")
+	if err := k.start(); err != nil {
+		k.t.Fatalf("restart kite: %v\nlog:\n%s", err, k.log.tail(8192))
+	}
+}
+
+// syncBuffer collects a child's output.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) tail(n int) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.b.Bytes()
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// ctx returns a context bounded by a generous timeout, canceled at cleanup.
+func testCtx(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
