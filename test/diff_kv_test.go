@@ -170,6 +170,24 @@ var kvCases = []struct {
 		{"future rev range in txn", txn(nil, ops(opRange(&pb.RangeRequest{Key: bs("a"), Revision: 1000})), nil)},
 		{"historical range in txn", txn(nil, ops(opRange(&pb.RangeRequest{Key: bs("a"), RangeEnd: bs("\x00"), Revision: 3})), nil)},
 		{"final", all()},
+		// etcd's duplicate-key check compares a from-key range end ("\x00")
+		// as a plain string, so this txn passes it: the delete removes every
+		// key, and the put writes one of them again in the same revision.
+		{"from-key delete then put", txn(nil, ops(
+			opDel(&pb.DeleteRangeRequest{Key: bs("a"), RangeEnd: bs("\x00"), PrevKv: true}),
+			opPut(&pb.PutRequest{Key: bs("c"), Value: bs("again"), PrevKv: true}),
+			opRange(all())), nil)},
+		{"after delete then put", all()},
+		{"history before delete then put", &pb.RangeRequest{Key: bs("c"), Revision: 5}},
+		{"put after delete then put", &pb.PutRequest{Key: bs("c"), Value: bs("third"), PrevKv: true}},
+		// Revision 17 is the delete-then-put txn above: compaction removes its
+		// tombstones and keeps the put.
+		{"compact at delete then put", &pb.CompactionRequest{Revision: 17, Physical: true}},
+		{"after compaction", all()},
+		// Not compared: a read at revision 17 now. etcd 3.7.3 itself dies
+		// on it ("range failed to find revision pair", a Fatal in
+		// kvstore_txn.go): its compaction drops the sub-revision its index
+		// still points to. kite answers it; pkg/mvcc's tests check the rows.
 	}...)},
 	{"lease", []step{
 		{"grant", &pb.LeaseGrantRequest{ID: 1, TTL: 60}},

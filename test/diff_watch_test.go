@@ -237,6 +237,7 @@ func TestDiffWatchEventKinds(t *testing.T) {
 		{name: "revoke", write: &pb.LeaseRevokeRequest{ID: 9}},
 		{name: "empty value", write: put("e", "")},
 		{name: "nested txn", write: txn(nil, ops(opPut(put("n", "1")), opTxn(txn(nil, ops(opPut(put("m", "1")), opDel(del("e", ""))), nil))), nil)},
+		{name: "from-key delete then put", write: txn(nil, ops(opDel(del("m", "\x00")), opPut(put("n", "2"))), nil)},
 		{name: "events", exact: true},
 	})
 }

@@ -22,6 +22,7 @@ type applier struct {
 	compacted int64
 	leases    leaseView
 	changes   []Change
+	deleted   bool // the request has deleted a key
 }
 
 // leaseView answers whether a lease exists, including grants and revokes
@@ -185,6 +186,7 @@ func (a *applier) deleteKVs(kvs []*mvccpb.KeyValue) error {
 		return err
 	}
 	rev := a.current + 1
+	a.deleted = true
 	for _, kv := range kvs {
 		sub := int64(len(a.changes))
 		if err := a.tx.Delete(a.ctx, kv.Key, rev, sub); err != nil {

@@ -15,8 +15,10 @@ import (
 //
 // The log holds one row per key change. A row is identified by its main
 // revision and sub-revision (the position of the change inside its
-// transaction). For every key at most one row exists per main revision: etcd
-// rejects transactions that touch a key twice, and so does Apply.
+// transaction). A key has at most one row per revision, with one exception
+// that etcd allows: a txn may delete a key through a from-key range and put
+// it again, leaving a tombstone and then a put of the key in one revision.
+// "Newest" therefore always means the highest (revision, sub-revision).
 //
 // Besides the log a driver keeps an index of live keys (the newest row of each
 // key that is not a tombstone), the current and compacted revisions, and the

@@ -37,8 +37,8 @@ func checkRevision(rev, current, compacted int64) (int64, error) {
 // given. It follows etcd's order: fetch (limit+1 when the natural key order
 // and no filters allow pushing the limit down), filter, sort, truncate.
 // Count is the number of keys in the range at the read revision, before
-// filters, as in etcd.
-func executeRange(ctx context.Context, tx ReadTx, r *pb.RangeRequest, current, compacted int64) (*pb.RangeResponse, error) {
+// filters, as in etcd; withCount false leaves it 0 and skips counting.
+func executeRange(ctx context.Context, tx ReadTx, r *pb.RangeRequest, current, compacted int64, withCount bool) (*pb.RangeResponse, error) {
 	rev, err := checkRevision(r.Revision, current, compacted)
 	if err != nil {
 		return nil, err
@@ -46,11 +46,13 @@ func executeRange(ctx context.Context, tx ReadTx, r *pb.RangeRequest, current, c
 	end := rangeEnd(r.RangeEnd)
 	resp := &pb.RangeResponse{Header: &pb.ResponseHeader{Revision: current}}
 
-	count, err := tx.Count(ctx, r.Key, end, rev)
-	if err != nil {
-		return nil, err
+	count := int64(-1) // unknown
+	if withCount || r.CountOnly {
+		if count, err = tx.Count(ctx, r.Key, end, rev); err != nil {
+			return nil, err
+		}
+		resp.Count = count
 	}
-	resp.Count = count
 	if r.CountOnly {
 		return resp, nil
 	}
@@ -64,7 +66,7 @@ func executeRange(ctx context.Context, tx ReadTx, r *pb.RangeRequest, current, c
 	}
 	keysOnly := r.KeysOnly && r.SortTarget != pb.RangeRequest_VALUE
 	var kvs []*mvccpb.KeyValue
-	if limit > 0 || count > 0 {
+	if count != 0 {
 		kvs, err = tx.Range(ctx, r.Key, end, rev, limit, keysOnly)
 		if err != nil {
 			return nil, err

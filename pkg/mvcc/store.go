@@ -183,6 +183,18 @@ func (s *Store) history(ctx context.Context, fromRev, toRev int64, limit int, wi
 // Range serves a RangeRequest. Every acknowledged write is committed before
 // its answer, so a fresh snapshot makes the read linearizable.
 func (s *Store) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	return s.rangeRead(ctx, r, true)
+}
+
+// RangePage is Range without counting the keys of the whole range (Count
+// stays 0 unless r is count-only). RangeStream reads a large range page by
+// page and counts once at the end, as etcd does, instead of recounting the
+// rest of the range for every page.
+func (s *Store) RangePage(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	return s.rangeRead(ctx, r, false)
+}
+
+func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount bool) (*pb.RangeResponse, error) {
 	tx, err := s.b.BeginRead(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("begin read: %w", err)
@@ -192,7 +204,7 @@ func (s *Store) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespons
 	if err != nil {
 		return nil, fmt.Errorf("read revisions: %w", err)
 	}
-	return executeRange(ctx, tx, r, current, compacted)
+	return executeRange(ctx, tx, r, current, compacted, withCount)
 }
 
 // Put, DeleteRange and Txn go through the group-committed write path.

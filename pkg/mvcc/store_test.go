@@ -249,3 +249,37 @@ func TestStore_QuotaRaisesNoSpaceAndRefusesPuts(t *testing.T) {
 		t.Fatalf("delete under alarm must work: %v", err)
 	}
 }
+
+// A txn may delete a key through a from-key range and put it again (etcd's
+// duplicate check lets it through); the put creates the key anew, and
+// compaction at that revision keeps it readable.
+func TestStore_DeleteAndPutInOneTxn(t *testing.T) {
+	s := openStore(t, t.TempDir(), mvcc.Config{})
+	ctx := context.Background()
+	put(t, s, "a", "1", 0)
+	put(t, s, "b", "1", 0)
+	resp, err := s.Txn(ctx, &pb.TxnRequest{Success: []*pb.RequestOp{
+		{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte("a"), RangeEnd: []byte{0}}}},
+		{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("b"), Value: []byte("2"), PrevKv: true}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev := resp.Header.Revision
+	if pr := resp.Responses[1].GetResponsePut(); pr.PrevKv != nil {
+		t.Fatalf("put after delete has prev_kv %v, want none", pr.PrevKv)
+	}
+	if _, err := s.Compact(ctx, &pb.CompactionRequest{Revision: rev, Physical: true}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Range(ctx, &pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}, Revision: rev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Kvs) != 1 {
+		t.Fatalf("range at compacted revision: %v, want only b", got.Kvs)
+	}
+	if kv := got.Kvs[0]; string(kv.Key) != "b" || kv.CreateRevision != rev || kv.Version != 1 || string(kv.Value) != "2" {
+		t.Fatalf("b = %v, want created anew at %d with version 1", kv, rev)
+	}
+}

@@ -205,7 +205,7 @@ func (a *applier) executeTxn(t *pb.TxnRequest, path []bool, resp *pb.TxnResponse
 			if r.RequestRange == nil {
 				continue
 			}
-			rr, err := executeRange(a.ctx, a.tx, r.RequestRange, a.readRev(), a.compacted)
+			rr, err := executeRange(a.ctx, a.tx, r.RequestRange, a.readRev(), a.compacted, true)
 			if err != nil {
 				return 0, fmt.Errorf("txn range: %w", err)
 			}
@@ -214,7 +214,11 @@ func (a *applier) executeTxn(t *pb.TxnRequest, path []bool, resp *pb.TxnResponse
 			if r.RequestPut == nil {
 				continue
 			}
-			pr, err := a.put(r.RequestPut, prevs[string(r.RequestPut.Key)])
+			prev, err := a.prevAtExecution(r.RequestPut.Key, prevs)
+			if err != nil {
+				return 0, err
+			}
+			pr, err := a.put(r.RequestPut, prev)
 			if err != nil {
 				return 0, err
 			}
@@ -240,4 +244,19 @@ func (a *applier) executeTxn(t *pb.TxnRequest, path []bool, resp *pb.TxnResponse
 		}
 	}
 	return used, nil
+}
+
+// prevAtExecution returns the row a txn's put replaces. It is the row seen by
+// checkTxn unless the txn has deleted keys since: etcd lets a from-key delete
+// and a put of one of its keys share a txn, and then the put creates the key
+// anew (version 1, create revision = this revision).
+func (a *applier) prevAtExecution(key []byte, prevs map[string]*mvccpb.KeyValue) (*mvccpb.KeyValue, error) {
+	if !a.deleted {
+		return prevs[string(key)], nil
+	}
+	prev, err := a.tx.Get(a.ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("get previous kv: %w", err)
+	}
+	return prev, nil
 }

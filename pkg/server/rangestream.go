@@ -59,7 +59,7 @@ func (s *kvServer) rangeStream(r *pb.RangeRequest, rs pb.KV_RangeStreamServer) e
 
 	var count, headerRev int64
 	for {
-		resp, err := s.store.Range(ctx, r)
+		resp, err := s.store.RangePage(ctx, r)
 		if err != nil {
 			return err
 		}

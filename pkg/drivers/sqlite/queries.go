@@ -91,7 +91,7 @@ func statements() []statement {
 		IFNULL((SELECT value FROM meta WHERE name = 'current'), 0),
 		IFNULL((SELECT value FROM meta WHERE name = 'compacted'), 0)`}
 	s[qGet] = statement{sql: `SELECT l.key, l.create_rev, l.rev, l.version, l.lease, kv.value
-		FROM live AS l CROSS JOIN kv ON kv.key = l.key AND kv.rev = l.rev
+		FROM live AS l CROSS JOIN kv ON kv.rev = l.rev AND kv.sub = l.sub
 		WHERE l.key = ?`, params: []param{pFrom}}
 	s[qChanges] = statement{sql: changesSQL(false), params: []param{pFrom, pTo, pLimit}}
 	s[qChangesPrev] = statement{sql: changesSQL(true), params: []param{pFrom, pTo, pLimit}}
@@ -113,9 +113,9 @@ func statements() []statement {
 	s[qInsertTombstone] = statement{sql: `INSERT INTO kv
 		(rev, sub, key, create_rev, version, lease, deleted, value)
 		VALUES (?, ?, ?, 0, 0, 0, 1, x'')`}
-	s[qUpsertLive] = statement{sql: `INSERT INTO live (key, rev, create_rev, version, lease)
-		VALUES (?, ?, ?, ?, ?)
-		ON CONFLICT (key) DO UPDATE SET rev = excluded.rev,
+	s[qUpsertLive] = statement{sql: `INSERT INTO live (key, rev, sub, create_rev, version, lease)
+		VALUES (?, ?, ?, ?, ?, ?)
+		ON CONFLICT (key) DO UPDATE SET rev = excluded.rev, sub = excluded.sub,
 			create_rev = excluded.create_rev, version = excluded.version,
 			lease = excluded.lease`}
 	s[qDeleteLive] = statement{sql: `DELETE FROM live WHERE key = ?`}
@@ -130,7 +130,7 @@ func statements() []statement {
 	s[qCompact] = statement{sql: `DELETE FROM kv
 		WHERE rev >= ?1 AND rev <= ?2 AND rev <= ?3
 		AND (deleted = 1 OR EXISTS (SELECT 1 FROM kv AS n
-			WHERE n.key = kv.key AND n.rev > kv.rev AND n.rev <= ?3))`}
+			WHERE n.key = kv.key AND (n.rev, n.sub) > (kv.rev, kv.sub) AND n.rev <= ?3))`}
 	// IMMEDIATE takes the write lock at BEGIN, so a conflict with another
 	// process surfaces here (after busy_timeout) instead of at the first
 	// write, halfway through a batch.
@@ -167,7 +167,7 @@ func rangeSQL(historical, open, keysOnly, count bool) statement {
 	if !historical {
 		b.WriteString(strings.ReplaceAll(cols, "v.value", "kv.value") + " FROM live AS t")
 		if !keysOnly {
-			b.WriteString(" CROSS JOIN kv ON kv.key = t.key AND kv.rev = t.rev")
+			b.WriteString(" CROSS JOIN kv ON kv.rev = t.rev AND kv.sub = t.sub")
 		}
 		b.WriteString(" WHERE t.key >= ?")
 		params = append(params, pFrom)
@@ -186,7 +186,7 @@ func rangeSQL(historical, open, keysOnly, count bool) statement {
 	b.WriteString(" ORDER BY key LIMIT 1) FROM k WHERE k.key IS NOT NULL) ")
 	b.WriteString(strings.ReplaceAll(cols, "v.value", "t.value"))
 	b.WriteString(` FROM k CROSS JOIN kv AS t ON t.rowid = (SELECT h.rowid FROM kv AS h
-		WHERE h.key = k.key AND h.rev <= ? ORDER BY h.rev DESC LIMIT 1)
+		WHERE h.key = k.key AND h.rev <= ? ORDER BY h.rev DESC, h.sub DESC LIMIT 1)
 		WHERE t.deleted = 0`)
 	params = append(params, pRev)
 	if !count {
@@ -207,7 +207,8 @@ func changesSQL(withPrev bool) string {
 	return cols + `, IFNULL(p.rev, 0), IFNULL(p.create_rev, 0), IFNULL(p.version, 0),
 		IFNULL(p.lease, 0), p.value
 		FROM kv AS c LEFT JOIN kv AS p ON p.rowid = (SELECT h.rowid FROM kv AS h
-			WHERE h.key = c.key AND h.rev < c.rev ORDER BY h.rev DESC LIMIT 1)
+			WHERE h.key = c.key AND (h.rev, h.sub) < (c.rev, c.sub)
+			ORDER BY h.rev DESC, h.sub DESC LIMIT 1)
 			AND p.deleted = 0
 		WHERE c.rev >= ? AND c.rev <= ? ORDER BY c.rev, c.sub LIMIT ?`
 }

@@ -17,9 +17,12 @@ const schemaVersion = 1
 //     order. deleted sits before value so that reading the flag of a row
 //     with a large value never walks the value's overflow pages.
 //   - kv_key_rev serves historical reads: per key, the newest row at or
-//     below a revision is one index seek.
+//     below a revision is one index seek. sub is part of it because one
+//     revision may hold two rows of a key: a txn can delete a key through a
+//     from-key range and put it again (etcd's duplicate check allows it).
 //   - live holds the newest non-tombstone row of each key without its value,
-//     so latest reads, counts and keys-only ranges never touch the log.
+//     so latest reads, counts and keys-only ranges never touch the log; its
+//     (rev, sub) finds the value by the log's primary key.
 //   - live_lease serves LeaseKeys; a WITHOUT ROWID secondary index already
 //     carries the key, so its order is (lease, key).
 var schema = []string{
@@ -34,10 +37,11 @@ var schema = []string{
 		value      BLOB    NOT NULL,
 		PRIMARY KEY (rev, sub)
 	)`,
-	`CREATE UNIQUE INDEX IF NOT EXISTS kv_key_rev ON kv (key, rev)`,
+	`CREATE UNIQUE INDEX IF NOT EXISTS kv_key_rev ON kv (key, rev, sub)`,
 	`CREATE TABLE IF NOT EXISTS live (
 		key        BLOB    NOT NULL PRIMARY KEY,
 		rev        INTEGER NOT NULL,
+		sub        INTEGER NOT NULL,
 		create_rev INTEGER NOT NULL,
 		version    INTEGER NOT NULL,
 		lease      INTEGER NOT NULL

@@ -53,7 +53,7 @@ func (w *writeTx) Put(ctx context.Context, kv *mvccpb.KeyValue, sub int64) error
 		kv.CreateRevision, kv.Version, kv.Lease, value); err != nil {
 		return err
 	}
-	if _, err := w.exec(ctx, "put: update live index", qUpsertLive, key, kv.ModRevision,
+	if _, err := w.exec(ctx, "put: update live index", qUpsertLive, key, kv.ModRevision, sub,
 		kv.CreateRevision, kv.Version, kv.Lease); err != nil {
 		return err
 	}

@@ -61,6 +61,7 @@ func Run(t *testing.T, open func(t *testing.T) mvcc.Backend, opts ...Option) {
 		{"Leases", testLeases},
 		{"LeaseKeysFollowLiveLease", testLeaseKeys},
 		{"WriteTxSeesOwnWrites", testWriteSeesOwnWrites},
+		{"DeleteAndPutInOneRevision", testDeleteAndPutInOneRevision},
 		{"RollbackLeavesNoTrace", testRollback},
 		{"ReadersAreIsolatedSnapshots", testReadIsolation},
 		{"ReopenKeepsState", testReopen},

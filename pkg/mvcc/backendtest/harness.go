@@ -45,7 +45,8 @@ func (h *harness) commit(ops ...op) int64 {
 	}
 	rev := h.m.current + 1
 	for sub, o := range ops {
-		prev := h.m.live(o.key)
+		// A key may be deleted and put again in one revision, as etcd allows.
+		prev := h.m.last(o.key)
 		if o.del {
 			if prev == nil {
 				h.t.Fatalf("test bug: delete of missing key %q", o.key)

@@ -55,6 +55,21 @@ func (m *model) newest(key string, rev int64) *row {
 	return found
 }
 
+// last returns the newest row of key in the whole log (including rows of a
+// revision still being written), or nil if that row is a tombstone.
+func (m *model) last(key string) *KV {
+	for i := len(m.rows) - 1; i >= 0; i-- {
+		if r := m.rows[i]; r.KV.Key == key {
+			if r.Deleted {
+				return nil
+			}
+			kv := r.KV
+			return &kv
+		}
+	}
+	return nil
+}
+
 // live returns the live row of key, or nil.
 func (m *model) live(key string) *KV {
 	r := m.newest(key, m.current)
@@ -105,7 +120,7 @@ func (m *model) changes(from, to int64, withPrev bool) []Change {
 		c := Change{Sub: r.Sub, Deleted: r.Deleted, KV: r.KV}
 		if withPrev {
 			for j := i - 1; j >= 0; j-- {
-				if p := m.rows[j]; p.KV.Key == r.KV.Key && p.KV.Mod < r.KV.Mod {
+				if p := m.rows[j]; p.KV.Key == r.KV.Key {
 					if !p.Deleted {
 						kv := p.KV
 						c.Prev = &kv
@@ -131,7 +146,8 @@ func (m *model) compact(compacted int64) int64 {
 			return true
 		}
 		for _, n := range m.rows[i+1:] {
-			if n.KV.Key == r.KV.Key && n.KV.Mod > r.KV.Mod && n.KV.Mod <= compacted {
+			// rows are in (rev, sub) order: every later row of the key is newer.
+			if n.KV.Key == r.KV.Key && n.KV.Mod <= compacted {
 				return true
 			}
 		}

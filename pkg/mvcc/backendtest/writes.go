@@ -233,3 +233,25 @@ func testReopen(t *testing.T, e env) {
 	h.b = e.reopen(t, h.b)
 	h.read(func(tx mvcc.ReadTx) { h.checkAgainstModel(tx, 1, [][2][]byte{all}) })
 }
+
+// testDeleteAndPutInOneRevision covers the one case of two rows of a key in a
+// revision: a txn deleting a key through a from-key range, then putting it.
+func testDeleteAndPutInOneRevision(t *testing.T, e env) {
+	h := newHarness(t, e.open(t))
+	first := h.commit(put("a", "1"), put("b", "1"))
+	rev := h.commit(del("a"), del("b"), put("a", "2"))
+	h.commit(put("c", "1"))
+	h.read(func(tx mvcc.ReadTx) {
+		equal(t, "Get(a)", getOf(t, tx, "a"), &KV{Key: "a", Create: rev, Mod: rev, Version: 1, Value: "2"})
+		equal(t, "Changes with prev", changesOf(t, tx, rev, rev, 0, true), []Change{
+			{Sub: 0, Deleted: true, KV: KV{Key: "a", Mod: rev}, Prev: &KV{Key: "a", Create: first, Mod: first, Version: 1, Value: "1"}},
+			{Sub: 1, Deleted: true, KV: KV{Key: "b", Mod: rev}, Prev: &KV{Key: "b", Create: first, Mod: first, Version: 1, Value: "1"}},
+			{Sub: 2, KV: KV{Key: "a", Create: rev, Mod: rev, Version: 1, Value: "2"}},
+		})
+		h.checkAgainstModel(tx, 1, sweepSpans)
+	})
+	if got, want := h.compact(rev, 10), h.m.compact(rev); got != want {
+		t.Errorf("compaction removed %d rows, want %d", got, want)
+	}
+	h.read(func(tx mvcc.ReadTx) { h.checkAgainstModel(tx, rev, sweepSpans) })
+}
