@@ -236,7 +236,13 @@ type kiteProcess struct {
 // waits until it serves.
 func startKite(t testing.TB, extraFlags ...string) *kiteProcess {
 	t.Helper()
-	k := &kiteProcess{server: &server{name: "kite"}, t: t, dataDir: t.TempDir(), flags: extraFlags, log: &syncBuffer{}}
+	return startKiteIn(t, t.TempDir(), extraFlags...)
+}
+
+// startKiteIn starts kite on an existing (or new) data dir.
+func startKiteIn(t testing.TB, dataDir string, extraFlags ...string) *kiteProcess {
+	t.Helper()
+	k := &kiteProcess{server: &server{name: "kite"}, t: t, dataDir: dataDir, flags: extraFlags, log: &syncBuffer{}}
 	if againstEtcd {
 		k.dev = startEtcd(t, extraFlags...)
 		k.dev.name = "kite"

@@ -1,6 +1,7 @@
 // Command kite is an etcd v3 server whose data lives in SQL.
 //
 //	kite [flags]        serve (see kite --help)
+//	kite snapshot ...   save a snapshot from a server, restore one into a data dir
 //	kite version        print versions
 package main
 
@@ -17,6 +18,8 @@ func main() {
 		switch os.Args[1] {
 		case "version":
 			os.Exit(runVersion(os.Args[2:]))
+		case "snapshot":
+			os.Exit(runSnapshot(os.Args[2:]))
 		}
 	}
 	os.Exit(runServe(os.Args[1:]))

@@ -41,9 +41,11 @@ type Backend interface {
 	// while it runs, as etcd's defrag does.
 	Defragment(ctx context.Context) error
 
-	// Snapshot writes a consistent copy of the whole database to w, in a form
-	// the same driver can open again as its data file.
-	Snapshot(ctx context.Context, w io.Writer) error
+	// Snapshot takes a consistent copy of the whole database, in a form the
+	// same driver can open again as its data file, and returns a reader of it
+	// with its size in bytes (etcd's snapshot stream announces the bytes
+	// remaining in every message). Closing the reader releases the copy.
+	Snapshot(ctx context.Context) (io.ReadCloser, int64, error)
 
 	// Close releases the database. Open transactions must be finished first.
 	Close() error

@@ -79,7 +79,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if s.lock, err = lockDataDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
-	dbPath := filepath.Join(cfg.DataDir, "kite.db")
+	dbPath := DatabasePath(cfg.DataDir)
 	s.backend, err = sqlite.Open(ctx, dbPath, sqlite.Options{Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite backend %s: %w", dbPath, err)
@@ -308,4 +308,10 @@ func addrString(a net.Addr) string {
 		return "unix://" + a.String()
 	}
 	return "http://" + a.String()
+}
+
+// DatabasePath is where the SQLite database of a data directory lives
+// (`kite snapshot restore` writes it there).
+func DatabasePath(dataDir string) string {
+	return filepath.Join(dataDir, "kite.db")
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -20,31 +19,19 @@ const snapshotChunkBytes = 32 * 1024
 // `etcdctl snapshot save` requires (size % 512) == 32 and restore checks the
 // digest.
 //
-// The copy is first written to a temporary file next to the database
-// because the stream announces RemainingBytes in every message, so the
-// total size must be known before the first one goes out.
+// Every message announces RemainingBytes, so the backend hands over its copy
+// with its size before the first message goes out.
 func (s *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream pb.Maintenance_SnapshotServer) error {
 	ctx := stream.Context()
-	f, err := os.CreateTemp(s.dataDir, ".snapshot-*.tmp")
+	f, total, err := s.store.Backend().Snapshot(ctx)
 	if err != nil {
-		return toGRPCError(fmt.Errorf("create snapshot file: %w", err))
-	}
-	defer func() {
-		f.Close()
-		if err := os.Remove(f.Name()); err != nil {
-			s.log.WarnContext(ctx, "failed to remove snapshot file", "path", f.Name(), "error", err)
-		}
-	}()
-	if err := s.store.Backend().Snapshot(ctx, f); err != nil {
 		return toGRPCError(fmt.Errorf("write snapshot: %w", err))
 	}
-	total, err := f.Seek(0, io.SeekCurrent)
-	if err != nil {
-		return toGRPCError(fmt.Errorf("snapshot size: %w", err))
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return toGRPCError(fmt.Errorf("rewind snapshot: %w", err))
-	}
+	defer func() {
+		if err := f.Close(); err != nil {
+			s.log.WarnContext(ctx, "failed to release snapshot copy", "error", err)
+		}
+	}()
 
 	start := time.Now()
 	s.log.InfoContext(ctx, "sending database snapshot to client", "total-bytes", total, "storage-version", storageVersion())

@@ -58,33 +58,44 @@ func (b *Backend) Defragment(ctx context.Context) error {
 // nor needs the WAL. It runs on a connection of its own: the read pool's are
 // query_only, which refuses VACUUM INTO, and the writer's would hold up
 // writes for the whole copy. The copy goes to a temporary file next to the
-// database (the same file system, not a possibly small /tmp) that is removed
-// once streamed.
-func (b *Backend) Snapshot(ctx context.Context, w io.Writer) (err error) {
+// database (the same file system, not a possibly small /tmp); closing the
+// returned reader removes it.
+func (b *Backend) Snapshot(ctx context.Context) (_ io.ReadCloser, _ int64, err error) {
 	if b.closed.Load() {
-		return mvcc.ErrClosed
+		return nil, 0, mvcc.ErrClosed
 	}
 	f, err := os.CreateTemp(filepath.Dir(b.path), filepath.Base(b.path)+".snapshot-*")
 	if err != nil {
-		return fmt.Errorf("snapshot: create temporary file: %w", err)
+		return nil, 0, fmt.Errorf("snapshot: create temporary file: %w", err)
 	}
-	name := f.Name()
+	snap := &snapshotFile{File: f}
 	defer func() {
-		err = errors.Join(err, f.Close(), removeIfExists(name), removeIfExists(name+"-journal"))
+		if err != nil {
+			err = errors.Join(err, snap.Close())
+		}
 	}()
 	db, err := sql.Open("sqlite", dsn(b.path, b.opts))
 	if err != nil {
-		return fmt.Errorf("snapshot: open connection: %w", err)
+		return nil, 0, fmt.Errorf("snapshot: open connection: %w", err)
 	}
 	defer func() { err = errors.Join(err, db.Close()) }()
 	// VACUUM INTO accepts an existing file only if it is empty, as this one is.
-	if _, err := db.ExecContext(ctx, "VACUUM INTO ?", name); err != nil {
-		return fmt.Errorf("snapshot: vacuum into %q: %w", name, err)
+	if _, err := db.ExecContext(ctx, "VACUUM INTO ?", f.Name()); err != nil {
+		return nil, 0, fmt.Errorf("snapshot: vacuum into %q: %w", f.Name(), err)
 	}
-	if _, err := io.Copy(w, f); err != nil {
-		return fmt.Errorf("snapshot: stream %q: %w", name, err)
+	st, err := f.Stat()
+	if err != nil {
+		return nil, 0, fmt.Errorf("snapshot: size of %q: %w", f.Name(), err)
 	}
-	return nil
+	return snap, st.Size(), nil
+}
+
+// snapshotFile is a snapshot copy that deletes itself when closed.
+type snapshotFile struct{ *os.File }
+
+func (s *snapshotFile) Close() error {
+	name := s.Name()
+	return errors.Join(s.File.Close(), removeIfExists(name), removeIfExists(name+"-journal"))
 }
 
 func removeIfExists(name string) error {

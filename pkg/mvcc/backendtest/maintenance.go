@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -135,8 +136,18 @@ func testSnapshot(t *testing.T, e env) {
 	h.m.compact(10)
 	h.commit(put("big", strings.Repeat("v", 256<<10)))
 	var buf bytes.Buffer
-	if err := h.b.Snapshot(context.Background(), &buf); err != nil {
+	rc, size, err := h.b.Snapshot(context.Background())
+	if err != nil {
 		t.Fatalf("Snapshot: %v", err)
+	}
+	if _, err := io.Copy(&buf, rc); err != nil {
+		t.Fatalf("read snapshot: %v", err)
+	}
+	if err := rc.Close(); err != nil {
+		t.Fatalf("close snapshot: %v", err)
+	}
+	if int64(buf.Len()) != size {
+		t.Fatalf("Snapshot announced %d bytes, read %d", size, buf.Len())
 	}
 	if buf.Len() == 0 {
 		t.Fatalf("Snapshot wrote nothing")
