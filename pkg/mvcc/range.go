@@ -37,7 +37,8 @@ func checkRevision(rev, current, compacted int64) (int64, error) {
 // given. It follows etcd's order: fetch (limit+1 when the natural key order
 // and no filters allow pushing the limit down), filter, sort, truncate.
 // Count is the number of keys in the range at the read revision, before
-// filters, as in etcd; withCount false leaves it 0 and skips counting.
+// filters, as in etcd; withCount false skips the count query a limited
+// read would need (Count is then only set when the rows were the whole range).
 func executeRange(ctx context.Context, tx ReadTx, r *pb.RangeRequest, current, compacted int64, withCount bool) (*pb.RangeResponse, error) {
 	rev, err := checkRevision(r.Revision, current, compacted)
 	if err != nil {
@@ -46,14 +47,10 @@ func executeRange(ctx context.Context, tx ReadTx, r *pb.RangeRequest, current, c
 	end := rangeEnd(r.RangeEnd)
 	resp := &pb.RangeResponse{Header: &pb.ResponseHeader{Revision: current}}
 
-	count := int64(-1) // unknown
-	if withCount || r.CountOnly {
-		if count, err = tx.Count(ctx, r.Key, end, rev); err != nil {
+	if r.CountOnly {
+		if resp.Count, err = tx.Count(ctx, r.Key, end, rev); err != nil {
 			return nil, err
 		}
-		resp.Count = count
-	}
-	if r.CountOnly {
 		return resp, nil
 	}
 
@@ -65,12 +62,19 @@ func executeRange(ctx context.Context, tx ReadTx, r *pb.RangeRequest, current, c
 		limit++
 	}
 	keysOnly := r.KeysOnly && r.SortTarget != pb.RangeRequest_VALUE
-	var kvs []*mvccpb.KeyValue
-	if count != 0 {
-		kvs, err = tx.Range(ctx, r.Key, end, rev, limit, keysOnly)
-		if err != nil {
+	kvs, err := tx.Range(ctx, r.Key, end, rev, limit, keysOnly)
+	if err != nil {
+		return nil, err
+	}
+	// The fetched rows are the whole range unless the limit cut them short;
+	// only then does the total need a count of its own.
+	switch {
+	case limit > 0 && int64(len(kvs)) == limit && withCount:
+		if resp.Count, err = tx.Count(ctx, r.Key, end, rev); err != nil {
 			return nil, err
 		}
+	case limit <= 0 || int64(len(kvs)) < limit:
+		resp.Count = int64(len(kvs))
 	}
 	kvs = filterKVs(kvs, r)
 	sortKVs(kvs, r)
