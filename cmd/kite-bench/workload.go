@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// spec is one workload of a run: a name and how many clients drive it.
+// label is how it appears in reports ("put@64").
+type spec struct {
+	name    string
+	label   string
+	clients int
+}
+
+// workloadDef describes one workload kind.
+type workloadDef struct {
+	// defaultClients is the client count when the spec names none.
+	defaultClients func(cfg *config) int
+	run            func(ctx context.Context, e *env, s spec) (result, error)
+}
+
+func fromFlag(cfg *config) int { return cfg.clients }
+func single(*config) int       { return 1 }
+
+// workloadDefs returns the workload registry. A function, not a package
+// variable, so nothing global can be mutated.
+func workloadDefs() map[string]workloadDef {
+	return map[string]workloadDef{
+		"put":              {fromFlag, runPut},
+		"txn-update":       {fromFlag, runTxnUpdate},
+		"get":              {fromFlag, runGet},
+		"get-serializable": {fromFlag, runGet},
+		"list":             {single, runList},
+		"list-stream":      {single, runListStream},
+		"count":            {fromFlag, runCount},
+		"watch":            {fromFlag, runWatch},
+		"mixed":            {fromFlag, runMixed},
+	}
+}
+
+func workloadNames() []string {
+	names := make([]string, 0, 9)
+	for n := range workloadDefs() {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// parseSpecs parses "put@64,get,list".
+func parseSpecs(s string, cfg *config) ([]spec, error) {
+	defs := workloadDefs()
+	var specs []spec
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		name, clients, hasClients := strings.Cut(item, "@")
+		def, ok := defs[name]
+		if !ok {
+			return nil, fmt.Errorf("unknown workload %q (known: %s)", name, strings.Join(workloadNames(), ", "))
+		}
+		if slices.ContainsFunc(specs, func(o spec) bool { return o.label == item }) {
+			// Each workload owns the keys under its label.
+			return nil, fmt.Errorf("workload %q given twice", item)
+		}
+		sp := spec{name: name, label: item, clients: def.defaultClients(cfg)}
+		if hasClients {
+			n, err := strconv.Atoi(clients)
+			if err != nil || n < 1 {
+				return nil, fmt.Errorf("workload %q: clients must be a positive number", item)
+			}
+			sp.clients = n
+		}
+		specs = append(specs, sp)
+	}
+	if len(specs) == 0 {
+		return nil, errors.New("no workloads given")
+	}
+	return specs, nil
+}
+
+// env is what a workload runs against: one target and the run's settings.
+type env struct {
+	cfg   *config
+	t     *target
+	log   *slog.Logger
+	runID string
+}
+
+// prefix is the key prefix owned by one workload of this run. The run ID
+// keeps runs against the same long-lived endpoint from seeing each other's
+// keys (a create-if-absent of a leftover key would fail).
+func (e *env) prefix(label string) string {
+	return "/kite-bench/" + e.runID + "/" + label + "/"
+}
+
+// dataPrefix holds the --keys preloaded keys the read workloads share.
+func (e *env) dataPrefix() string { return e.prefix("data") }
+
+// conn returns the connection client i uses: clients are spread evenly.
+func (e *env) conn(i int) *clientv3.Client { return e.t.conns[i%len(e.t.conns)] }
+
+// ensureData preloads the shared read keys once per target, outside any
+// measured interval.
+func (e *env) ensureData(ctx context.Context) error {
+	if e.t.dataLoaded {
+		return nil
+	}
+	start := time.Now()
+	if err := preload(ctx, e, e.dataPrefix(), e.cfg.keys, e.cfg.valSize); err != nil {
+		return fmt.Errorf("preload %d keys: %w", e.cfg.keys, err)
+	}
+	e.t.dataLoaded = true
+	e.log.Info("preloaded read keys", "target", e.t.name, "keys", e.cfg.keys, "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// preload writes n keys under prefix with 32 concurrent writers.
+func preload(ctx context.Context, e *env, prefix string, n, valSize int) error {
+	const writers = 32
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	value := makeValue(valSize, 1)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			kv := e.conn(w)
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if _, err := kv.Put(ctx, key(prefix, i), value); err != nil {
+					cancel(fmt.Errorf("put %s: %w", key(prefix, i), err))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return context.Cause(ctx)
+}
+
+// key is the i-th key under prefix; zero padding keeps key order equal to
+// numeric order, which the paginated list relies on to count pages.
+func key(prefix string, i int) string { return prefix + fmt.Sprintf("%08d", i) }
+
+// makeValue returns a value of size bytes. Random letters, not zeros, so a
+// storage that compresses gains nothing the real world would not give it.
+func makeValue(size int, seed uint64) string {
+	r := rand.New(rand.NewPCG(seed, 0x6b697465))
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = byte('a' + r.IntN(26))
+	}
+	return string(b)
+}
+
+// outcome is what a closed-loop run measured.
+type outcome struct {
+	ops, errors int64
+	hist        histogram
+	elapsed     time.Duration
+}
+
+// opFunc performs one measured operation of one client.
+type opFunc func(ctx context.Context) error
+
+// closedLoop runs clients workers, each issuing operations back to back,
+// until --total operations were started or --duration passed. newClient is
+// called once per worker, before the clock starts, so each worker can own
+// its state (its keys, its random source) without locks.
+func closedLoop(ctx context.Context, e *env, label string, clients int, newClient func(i int) opFunc) *outcome {
+	ops := make([]opFunc, clients)
+	for i := range ops {
+		ops[i] = newClient(i)
+	}
+	runCtx, cancel := ctx, context.CancelFunc(func() {})
+	if e.cfg.duration > 0 {
+		runCtx, cancel = context.WithTimeout(ctx, e.cfg.duration)
+	}
+	defer cancel()
+
+	var started atomic.Int64
+	var errorsLogged atomic.Int32
+	hists := make([]histogram, clients)
+	errCounts := make([]int64, clients)
+	var wg sync.WaitGroup
+	begin := time.Now()
+	for i := range clients {
+		wg.Go(func() {
+			for runCtx.Err() == nil {
+				if e.cfg.total > 0 && started.Add(1) > e.cfg.total {
+					return
+				}
+				opCtx, opCancel := context.WithTimeout(runCtx, e.cfg.opTimeout)
+				t0 := time.Now()
+				err := ops[i](opCtx)
+				d := time.Since(t0)
+				opCancel()
+				switch {
+				case err == nil:
+					hists[i].record(d)
+				case runCtx.Err() != nil:
+					// Cut short by the end of the run: neither an operation nor an error.
+				default:
+					errCounts[i]++
+					if errorsLogged.Add(1) <= 3 {
+						e.log.Warn("operation failed", "target", e.t.name, "workload", label, "error", err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	out := &outcome{elapsed: time.Since(begin)}
+	for i := range hists {
+		out.hist.merge(&hists[i])
+		out.errors += errCounts[i]
+	}
+	out.ops = int64(out.hist.count())
+	return out
+}
+
+// result builds a report row from a closed-loop outcome.
+func (o *outcome) result(e *env, s spec) result {
+	return newResult(e.t.name, s, o.ops, o.elapsed, &o.hist, o.errors)
+}
