@@ -159,6 +159,8 @@ func (u *urlsFlag) Set(v string) error {
 func printUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprint(w, `Usage:
   kite [flags]          serve the etcd v3 API from a SQLite database
+  kite snapshot save    stream a snapshot from a running server to a file
+  kite snapshot restore create a data dir from a snapshot (kite snapshot for usage)
   kite version          print version information
 
 Every flag can also be set through an environment variable (shown below);
