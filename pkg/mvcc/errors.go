@@ -4,6 +4,8 @@ import "errors"
 
 // Sentinel errors of the store. pkg/server maps each of them to the gRPC
 // status etcd returns (go.etcd.io/etcd/api/v3/v3rpc/rpctypes) in one place.
+// Malformed requests (empty keys, duplicate keys in a txn, too many ops) never
+// reach the store: pkg/server rejects them first, as etcd's v3rpc layer does.
 var (
 	// ErrCompacted: the requested revision is below the compacted revision
 	// and its history is gone.
@@ -19,16 +21,6 @@ var (
 	// ErrKeyNotFound: a put with ignore_value or ignore_lease named a key
 	// that does not exist.
 	ErrKeyNotFound = errors.New("mvcc: key not found")
-	// ErrDuplicateKey: a txn writes the same key twice.
-	ErrDuplicateKey = errors.New("mvcc: duplicate key given in txn request")
-	// ErrTooManyOps: a txn has more operations than MaxTxnOps.
-	ErrTooManyOps = errors.New("mvcc: too many operations in txn request")
-	// ErrEmptyKey: a request has an empty key where one is required.
-	ErrEmptyKey = errors.New("mvcc: key is not provided")
-	// ErrValueProvided / ErrLeaseProvided: put with ignore_value (ignore_lease)
-	// also set a value (lease).
-	ErrValueProvided = errors.New("mvcc: value is provided")
-	ErrLeaseProvided = errors.New("mvcc: lease is provided")
 	// ErrNoSpace: the backend quota is exhausted and the NOSPACE alarm is
 	// raised; writes are refused until space is freed and the alarm disarmed.
 	ErrNoSpace = errors.New("mvcc: database space exceeded")

@@ -28,11 +28,6 @@ var errorMap = []struct {
 	{mvcc.ErrLeaseTTLTooLarge, rpctypes.ErrGRPCLeaseTTLTooLarge},
 	{mvcc.ErrKeyNotFound, rpctypes.ErrGRPCKeyNotFound},
 	{mvcc.ErrNoSpace, rpctypes.ErrGRPCNoSpace},
-	{mvcc.ErrDuplicateKey, rpctypes.ErrGRPCDuplicateKey},
-	{mvcc.ErrTooManyOps, rpctypes.ErrGRPCTooManyOps},
-	{mvcc.ErrEmptyKey, rpctypes.ErrGRPCEmptyKey},
-	{mvcc.ErrValueProvided, rpctypes.ErrGRPCValueProvided},
-	{mvcc.ErrLeaseProvided, rpctypes.ErrGRPCLeaseProvided},
 	{mvcc.ErrClosed, rpctypes.ErrGRPCStopped},
 	{errRequestTooLarge, rpctypes.ErrGRPCRequestTooLarge},
 	// In sync with status.FromContextError, as etcd's togRPCError.
