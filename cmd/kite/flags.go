@@ -30,6 +30,7 @@ type serveFlags struct {
 	autoCompactionRetention string
 	logLevel                string
 	logFormat               string
+	enablePprof             bool
 }
 
 // aliasTarget returns the flag a deprecated alias stands for, or "".
@@ -57,6 +58,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.StringVar(&f.autoCompactionRetention, "auto-compaction-retention", "0", "Auto compaction retention: for periodic a duration ('1h', '30m') or a number of hours; for revision a number of revisions. 0 disables.")
 	fs.StringVar(&f.logLevel, "log-level", "info", "Log level: debug, info, warn or error.")
 	fs.StringVar(&f.logFormat, "log-format", "text", "Log format: text or json.")
+	fs.BoolVar(&f.enablePprof, "enable-pprof", false, "Enable runtime profiling data via HTTP server at /debug/pprof/ on the client URLs.")
 	fs.Usage = func() { printUsage(fs.Output(), fs) }
 	return fs
 }
@@ -114,6 +116,7 @@ func (f *serveFlags) config(log *slog.Logger) server.Config {
 		WatchProgressNotifyInterval: f.watchProgressNotify,
 		AutoCompactionMode:          f.autoCompactionMode,
 		AutoCompactionRetention:     f.autoCompactionRetention,
+		EnablePprof:                 f.enablePprof,
 		Logger:                      log,
 	}
 }

@@ -65,6 +65,10 @@ type Config struct {
 	// turns compaction off.
 	AutoCompactionRetention string
 
+	// EnablePprof serves net/http/pprof's handlers under /debug/pprof/ on
+	// the HTTP side of every client URL (etcd --enable-pprof).
+	EnablePprof bool
+
 	// Logger receives every log line. Default: slog.Default().
 	Logger *slog.Logger
 }

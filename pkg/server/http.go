@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,8 +28,10 @@ type healthResult struct {
 
 // newHTTPHandler serves what etcd serves over HTTP/1 on a client port:
 // /health (JSON), /livez and /readyz (plain "ok"), /version (JSON) and
-// /metrics (prometheus). etcd's JSON gRPC gateway (/v3/...) is not served.
-func newHTTPHandler(log *slog.Logger, store *mvcc.Store, reg *prometheus.Registry) http.Handler {
+// /metrics (prometheus), and with enablePprof net/http/pprof under
+// /debug/pprof/ as etcd --enable-pprof does. etcd's JSON gRPC gateway
+// (/v3/...) is not served.
+func newHTTPHandler(log *slog.Logger, store *mvcc.Store, reg *prometheus.Registry, enablePprof bool) http.Handler {
 	h := &httpHandlers{log: log, store: store}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/health", h.health)
@@ -36,6 +39,13 @@ func newHTTPHandler(log *slog.Logger, store *mvcc.Store, reg *prometheus.Registr
 	mux.HandleFunc("/readyz", h.readyz)
 	mux.HandleFunc("/version", h.version)
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	if enablePprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 

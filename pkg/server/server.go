@@ -139,7 +139,7 @@ func (s *Server) buildServers() {
 		health: s.health,
 	})
 	s.http = &http.Server{
-		Handler:           newHTTPHandler(s.log.With("component", "http"), s.store, reg),
+		Handler:           newHTTPHandler(s.log.With("component", "http"), s.store, reg, cfg.EnablePprof),
 		ReadHeaderTimeout: 5 * time.Minute,
 		// Client mistakes (bad requests, resets) are not server errors.
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
