@@ -94,16 +94,12 @@ func (a *applier) readRev() int64 {
 	return a.current
 }
 
-// beforeWrite moves the stored current revision to the request's revision on
-// its first change, so that the driver serves reads inside the request from
-// its live-key index.
+// beforeWrite runs before the request's first change. The stored current
+// revision is not moved here but once per batch, just before the commit
+// (applyAndCommit): reads inside the batch never take it from storage, the
+// applier knows its revision, and a driver serves reads at a revision it has
+// written rows at from its live-key index (WriteTx).
 func (a *applier) beforeWrite() error {
-	if len(a.changes) > 0 {
-		return nil
-	}
-	if err := a.tx.SetRevisions(a.ctx, a.current+1, a.compacted); err != nil {
-		return fmt.Errorf("set revision: %w", err)
-	}
 	return nil
 }
 

@@ -188,6 +188,14 @@ func (s *Store) applyAndCommit(batch []*pending) ([]committed, error) {
 			revs = append(revs, committed{rev: current, changes: res.changes})
 		}
 	}
+	// One statement per batch moves the stored current revision, instead
+	// of one per request.
+	if len(revs) > 0 {
+		if err := tx.SetRevisions(s.ctx, current, compacted); err != nil {
+			_ = tx.Rollback()
+			return nil, fmt.Errorf("set revisions: %w", err)
+		}
+	}
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("commit: %w", err)
 	}

@@ -65,14 +65,20 @@ type Backend struct {
 	wconn  *sql.Conn   // pinned: the only connection that writes
 	wstmts []*sql.Stmt // every statement, prepared on wconn
 
-	rdb    *sql.DB
-	rstmts []*sql.Stmt // read statements, prepared per pooled connection by database/sql
+	// rdb holds the read connections: ReadConns of them are pinned in
+	// readers (each with its statements prepared once), one more serves
+	// Size.
+	rdb     *sql.DB
+	readers chan *readConn // idle pinned read connections
+	rconns  []*readConn    // all of them, for Close
 
 	// writeSem is the write mutex, a channel so that waiting for it honours
 	// ctx. BeginWrite takes it and Commit/Rollback give it back; Defragment
 	// holds it while it uses wconn. Close does not take it: transactions
 	// must be finished before Close.
 	writeSem chan struct{}
+
+	ckpt *checkpointer
 
 	closeMu sync.Mutex
 	closed  atomic.Bool
@@ -106,6 +112,9 @@ func Open(ctx context.Context, path string, opts Options) (b *Backend, err error
 	if err := b.openReaders(ctx, opts); err != nil {
 		return nil, fmt.Errorf("open sqlite %q: %w", path, err)
 	}
+	if b.ckpt, err = startCheckpointer(ctx, b.path, opts, b.log); err != nil {
+		return nil, fmt.Errorf("open sqlite %q: %w", path, err)
+	}
 	b.log.Info("opened sqlite backend", "read_conns", opts.ReadConns)
 	return b, nil
 }
@@ -127,8 +136,14 @@ func (b *Backend) openWriter(ctx context.Context, opts Options) error {
 	var err error
 	// journal_size_limit trims the WAL after a checkpoint, so a burst of
 	// writes does not leave a large -wal file behind for good.
+	//
+	// Checkpoints run on a connection of their own (checkpoint.go), off the
+	// commit path; wal_autocheckpoint stays on as a bound on the WAL should
+	// that connection fall behind.
 	b.wdb, err = sql.Open("sqlite", dsn(b.path, opts,
-		"journal_mode(WAL)", "synchronous(FULL)", "journal_size_limit(67108864)"))
+		"journal_mode(WAL)", "synchronous(FULL)", "journal_size_limit(67108864)",
+		fmt.Sprintf("wal_autocheckpoint(%d)", fallbackCheckpointPages),
+		fmt.Sprintf("mmap_size(%d)", mmapBytes)))
 	if err != nil {
 		return fmt.Errorf("open writer: %w", err)
 	}
@@ -161,56 +176,108 @@ func (b *Backend) openWriter(ctx context.Context, opts Options) error {
 // openReaders opens the read pool after the writer, so the file already is
 // in WAL mode and has its schema. query_only turns a stray write on a read
 // transaction into an error instead of a lock fight with the writer.
+//
+// Each read connection is pinned for the Backend's life with every read
+// statement prepared on it, and BEGIN/ROLLBACK are plain statements, as on
+// the writer: a database/sql Tx would rebind the statements to its
+// connection for every transaction. mmap lets readers take pages of the
+// database file straight from the OS page cache: SQLite drops a
+// connection's own page cache whenever another connection commits, so
+// under writes every read would otherwise be a pread per page.
 func (b *Backend) openReaders(ctx context.Context, opts Options) error {
 	var err error
-	b.rdb, err = sql.Open("sqlite", dsn(b.path, opts, "query_only(1)"))
+	b.rdb, err = sql.Open("sqlite", dsn(b.path, opts, "query_only(1)",
+		fmt.Sprintf("mmap_size(%d)", mmapBytes)))
 	if err != nil {
 		return fmt.Errorf("open read pool: %w", err)
 	}
-	b.rdb.SetMaxOpenConns(opts.ReadConns)
-	b.rdb.SetMaxIdleConns(opts.ReadConns)
+	b.rdb.SetMaxOpenConns(opts.ReadConns + 1)
+	b.rdb.SetMaxIdleConns(opts.ReadConns + 1)
 	b.rdb.SetConnMaxLifetime(0)
 	b.rdb.SetConnMaxIdleTime(0)
-	b.rstmts = make([]*sql.Stmt, firstWrite)
-	for id, st := range b.defs[:firstWrite] {
-		if b.rstmts[id], err = b.rdb.PrepareContext(ctx, st.sql); err != nil {
-			return fmt.Errorf("prepare read statement %d: %w", id, err)
+	b.readers = make(chan *readConn, opts.ReadConns)
+	for range opts.ReadConns {
+		rc, err := b.openReadConn(ctx)
+		if err != nil {
+			return err
 		}
+		b.rconns = append(b.rconns, rc)
+		b.readers <- rc
 	}
 	return nil
+}
+
+// mmapBytes bounds the memory-mapped part of the database file per
+// connection (virtual address space, not resident memory).
+const mmapBytes = 1 << 30
+
+// readConn is one pinned read connection and its prepared statements.
+type readConn struct {
+	conn            *sql.Conn
+	stmts           []*sql.Stmt // read statements by stmtID, then begin and rollback
+	begin, rollback *sql.Stmt
+}
+
+func (b *Backend) openReadConn(ctx context.Context) (*readConn, error) {
+	conn, err := b.rdb.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("connect reader: %w", err)
+	}
+	rc := &readConn{conn: conn, stmts: make([]*sql.Stmt, firstWrite)}
+	for id, st := range b.defs[:firstWrite] {
+		if rc.stmts[id], err = conn.PrepareContext(ctx, st.sql); err != nil {
+			return nil, errors.Join(fmt.Errorf("prepare read statement %d: %w", id, err), rc.close())
+		}
+	}
+	if rc.begin, err = conn.PrepareContext(ctx, "BEGIN"); err != nil {
+		return nil, errors.Join(fmt.Errorf("prepare read begin: %w", err), rc.close())
+	}
+	if rc.rollback, err = conn.PrepareContext(ctx, "ROLLBACK"); err != nil {
+		return nil, errors.Join(fmt.Errorf("prepare read rollback: %w", err), rc.close())
+	}
+	return rc, nil
+}
+
+func (rc *readConn) close() error {
+	var errs []error
+	for _, s := range append(rc.stmts, rc.begin, rc.rollback) {
+		if s != nil {
+			errs = append(errs, s.Close())
+		}
+	}
+	errs = append(errs, rc.conn.Close())
+	return errors.Join(errs...)
 }
 
 // Path returns the database file.
 func (b *Backend) Path() string { return b.path }
 
-// BeginRead starts a read transaction on a pooled connection. SQLite's BEGIN
-// is deferred: the snapshot is taken at the first read, so BeginRead reads
-// the revisions at once to pin the snapshot to this moment.
+// BeginRead starts a read transaction on a pinned read connection. SQLite's
+// BEGIN is deferred: the snapshot is taken at the first read, so BeginRead
+// reads the revisions at once to pin the snapshot to this moment, and keeps
+// them: Revisions of a read transaction answers without another query.
 func (b *Backend) BeginRead(ctx context.Context) (mvcc.ReadTx, error) {
 	if b.closed.Load() {
 		return nil, mvcc.ErrClosed
 	}
-	conn, err := b.rdb.Conn(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("begin read: get connection: %w", err)
+	var rc *readConn
+	select {
+	case rc = <-b.readers:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("begin read: wait for connection: %w", ctx.Err())
 	}
 	// The transaction outlives the ctx of this call: the caller ends it with
 	// Rollback, and each read honours its own ctx.
-	tx, err := conn.BeginTx(context.WithoutCancel(ctx), nil)
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("begin read: %w", err), conn.Close())
+	if _, err := rc.begin.ExecContext(context.WithoutCancel(ctx)); err != nil {
+		b.readers <- rc
+		return nil, fmt.Errorf("begin read: %w", err)
 	}
-	r := &readTx{reader: reader{
-		stmts:  make([]*sql.Stmt, firstWrite),
-		parent: b.rstmts,
-		defs:   b.defs,
-		tx:     tx,
-	}, conn: conn}
-	current, _, err := r.Revisions(ctx)
-	if err != nil {
+	r := &readTx{reader: reader{stmts: rc.stmts, defs: b.defs}, rc: rc, b: b}
+	var err error
+	if r.current, r.compacted, err = r.reader.Revisions(ctx); err != nil {
 		return nil, errors.Join(fmt.Errorf("begin read: %w", err), r.Rollback())
 	}
-	r.latest = current
+	r.latest = r.current
 	return r, nil
 }
 
@@ -257,12 +324,16 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	var errs []error
-	for _, stmts := range [][]*sql.Stmt{b.rstmts, b.wstmts} {
-		for _, s := range stmts {
-			if s != nil {
-				errs = append(errs, s.Close())
-			}
+	if b.ckpt != nil {
+		errs = append(errs, b.ckpt.close())
+	}
+	for _, s := range b.wstmts {
+		if s != nil {
+			errs = append(errs, s.Close())
 		}
+	}
+	for _, rc := range b.rconns {
+		errs = append(errs, rc.close())
 	}
 	if b.wconn != nil {
 		errs = append(errs, b.wconn.Close())
@@ -277,4 +348,17 @@ func (b *Backend) Close() error {
 	}
 	b.log.Info("closed sqlite backend")
 	return nil
+}
+
+// replaceReadConn swaps a broken pinned read connection for a new one.
+func (b *Backend) replaceReadConn(old, rc *readConn) {
+	b.closeMu.Lock()
+	for i, c := range b.rconns {
+		if c == old {
+			b.rconns[i] = rc
+		}
+	}
+	b.closeMu.Unlock()
+	_ = old.close()
+	b.readers <- rc
 }

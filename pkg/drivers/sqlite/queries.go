@@ -14,6 +14,7 @@ const (
 	qChangesPrev
 	qLeases
 	qLeaseKeys
+	qUnleasedKeys
 	// qRange is the first of eight range variants, see rangeID.
 	qRange
 	_
@@ -96,8 +97,12 @@ func statements() []statement {
 	s[qChanges] = statement{sql: changesSQL(false), params: []param{pFrom, pTo, pLimit}}
 	s[qChangesPrev] = statement{sql: changesSQL(true), params: []param{pFrom, pTo, pLimit}}
 	s[qLeases] = statement{sql: `SELECT id, ttl FROM lease ORDER BY id`}
-	s[qLeaseKeys] = statement{sql: `SELECT key FROM live WHERE lease = ? ORDER BY key`,
+	// "lease != 0" lets SQLite use the partial index live_leased.
+	s[qLeaseKeys] = statement{sql: `SELECT key FROM live WHERE lease = ? AND lease != 0 ORDER BY key`,
 		params: []param{pRev}}
+	// The keys without a lease are not in live_leased: a walk of live. The
+	// server never asks for them (lease 0 is no lease).
+	s[qUnleasedKeys] = statement{sql: `SELECT key FROM live WHERE lease = 0 ORDER BY key`}
 	for _, hist := range []bool{false, true} {
 		for _, open := range []bool{false, true} {
 			for _, keysOnly := range []bool{false, true} {

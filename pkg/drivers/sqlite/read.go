@@ -14,10 +14,8 @@ import (
 // reader holds the reads shared by read and write transactions; only the
 // connection their statements run on differs.
 type reader struct {
-	tx     *sql.Tx     // read transactions only
-	stmts  []*sql.Stmt // writer: prepared on wconn; reader: bound to tx on first use
-	parent []*sql.Stmt // reader: the pool's statements that stmts are bound from
-	defs   []statement
+	stmts []*sql.Stmt // prepared on the transaction's connection
+	defs  []statement
 
 	// latest is the newest revision with rows. A read at or above it is a
 	// latest read and is served from live; the write transaction raises it
@@ -35,16 +33,18 @@ var _ mvcc.ReadTx = (*readTx)(nil)
 
 type readTx struct {
 	reader
-	conn *sql.Conn
+	rc                 *readConn
+	b                  *Backend
+	current, compacted int64 // read once at BeginRead
+	done               bool
 }
 
-func (r *reader) stmt(ctx context.Context, id stmtID) *sql.Stmt {
-	if s := r.stmts[id]; s != nil {
-		return s
-	}
-	s := r.tx.StmtContext(ctx, r.parent[id])
-	r.stmts[id] = s
-	return s
+func (r *reader) stmt(_ context.Context, id stmtID) *sql.Stmt { return r.stmts[id] }
+
+// Revisions implements mvcc.ReadTx: the snapshot's revisions, read when it
+// was taken.
+func (t *readTx) Revisions(context.Context) (current, compacted int64, err error) {
+	return t.current, t.compacted, nil
 }
 
 // fail wraps err with what was being done and, in a write transaction,
@@ -141,9 +141,9 @@ func (r *reader) Range(ctx context.Context, key, end []byte, rev, limit int64, k
 	}
 	for rows.Next() {
 		kv := &mvccpb.KeyValue{}
-		dest := []any{&kv.Key, &kv.CreateRevision, &kv.ModRevision, &kv.Version, &kv.Lease}
+		dest := []any{blob{&kv.Key}, &kv.CreateRevision, &kv.ModRevision, &kv.Version, &kv.Lease}
 		if !keysOnly {
-			dest = append(dest, &kv.Value)
+			dest = append(dest, blob{&kv.Value})
 		}
 		if err := rows.Scan(dest...); err != nil {
 			return nil, r.fail("range: scan", err)
@@ -171,7 +171,7 @@ func (r *reader) Count(ctx context.Context, key, end []byte, rev int64) (int64, 
 func (r *reader) Get(ctx context.Context, key []byte) (*mvccpb.KeyValue, error) {
 	kv := &mvccpb.KeyValue{}
 	err := r.queryRow(ctx, qGet,
-		[]any{&kv.Key, &kv.CreateRevision, &kv.ModRevision, &kv.Version, &kv.Lease, &kv.Value},
+		[]any{blob{&kv.Key}, &kv.CreateRevision, &kv.ModRevision, &kv.Version, &kv.Lease, blob{&kv.Value}},
 		nonNil(key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
@@ -253,7 +253,13 @@ func (r *reader) Leases(ctx context.Context) ([]mvcc.Lease, error) {
 
 // LeaseKeys implements mvcc.ReadTx.
 func (r *reader) LeaseKeys(ctx context.Context, id int64) ([][]byte, error) {
-	rows, err := r.query(ctx, qLeaseKeys, id)
+	var rows *sql.Rows
+	var err error
+	if id == 0 {
+		rows, err = r.query(ctx, qUnleasedKeys)
+	} else {
+		rows, err = r.query(ctx, qLeaseKeys, id)
+	}
 	if err != nil {
 		return nil, r.fail("read lease keys", err)
 	}
@@ -272,15 +278,49 @@ func (r *reader) LeaseKeys(ctx context.Context, id int64) ([][]byte, error) {
 	return out, nil
 }
 
-// Rollback ends the read transaction and returns its connection to the pool.
+// Rollback ends the read transaction and returns its connection to the
+// pool. A connection whose ROLLBACK failed may still be inside the
+// transaction, so it is replaced rather than reused.
 func (t *readTx) Rollback() error {
-	err := t.tx.Rollback()
-	if err != nil && !errors.Is(err, sql.ErrTxDone) {
-		err = fmt.Errorf("end read: %w", err)
-	} else {
-		err = nil
+	if t.done {
+		return nil
 	}
-	return errors.Join(err, t.conn.Close())
+	t.done = true
+	_, err := t.rc.rollback.ExecContext(context.Background())
+	if err == nil {
+		t.b.readers <- t.rc
+		return nil
+	}
+	err = fmt.Errorf("end read: %w", err)
+	rc, oerr := t.b.openReadConn(context.Background())
+	if oerr != nil {
+		// Keep the old connection rather than shrink the pool for good: the
+		// next BEGIN on it fails, and is answered as an error.
+		t.b.readers <- t.rc
+		return errors.Join(err, oerr)
+	}
+	t.b.replaceReadConn(t.rc, rc)
+	return err
+}
+
+// blob scans a BLOB column without a second copy. modernc.org/sqlite copies
+// every blob out of SQLite into a fresh Go slice before database/sql sees
+// it, so the slice handed to Scan is already the row's own; scanning into
+// *[]byte would copy each value again (a tenth of a large list's CPU).
+type blob struct{ dst *[]byte }
+
+func (b blob) Scan(src any) error {
+	switch v := src.(type) {
+	case []byte:
+		*b.dst = v
+	case string:
+		*b.dst = []byte(v)
+	case nil:
+		*b.dst = nil
+	default:
+		return fmt.Errorf("scan blob: unexpected %T", src)
+	}
+	return nil
 }
 
 func nonNil(b []byte) []byte {

@@ -23,8 +23,11 @@ const schemaVersion = 1
 //   - live holds the newest non-tombstone row of each key without its value,
 //     so latest reads, counts and keys-only ranges never touch the log; its
 //     (rev, sub) finds the value by the log's primary key.
-//   - live_lease serves LeaseKeys; a WITHOUT ROWID secondary index already
-//     carries the key, so its order is (lease, key).
+//   - live_leased serves LeaseKeys; a WITHOUT ROWID secondary index already
+//     carries the key, so its order is (lease, key). It is partial: keys
+//     without a lease (most of them) are not in it, so a put of such a key
+//     does not write a page of it. live_lease, its full predecessor, is
+//     dropped; the files stay readable by either version.
 var schema = []string{
 	`CREATE TABLE IF NOT EXISTS kv (
 		rev        INTEGER NOT NULL,
@@ -46,7 +49,8 @@ var schema = []string{
 		version    INTEGER NOT NULL,
 		lease      INTEGER NOT NULL
 	) WITHOUT ROWID`,
-	`CREATE INDEX IF NOT EXISTS live_lease ON live (lease)`,
+	`DROP INDEX IF EXISTS live_lease`,
+	`CREATE INDEX IF NOT EXISTS live_leased ON live (lease) WHERE lease != 0`,
 	`CREATE TABLE IF NOT EXISTS meta (
 		name  TEXT    NOT NULL PRIMARY KEY,
 		value INTEGER NOT NULL

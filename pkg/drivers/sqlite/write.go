@@ -120,6 +120,7 @@ func (w *writeTx) Commit() error {
 		return errors.Join(w.fail("commit", err), w.Rollback())
 	}
 	w.end()
+	w.b.ckpt.kick()
 	return nil
 }
 
