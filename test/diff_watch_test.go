@@ -157,6 +157,10 @@ func TestDiffWatchHistory(t *testing.T) {
 	prefix := wcreate("k", prefixEnd("k"), 5)
 	prefix.PrevKv = true
 	prefix.Filters = []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NOPUT}
+	// At the compacted revision itself the event's previous revision is
+	// gone: etcd sends no prev_kv, and kube-apiserver relies on that.
+	atCompactPrev := wcreate("\x00", "\x00", 10)
+	atCompactPrev.PrevKv = true
 	steps = append(steps, []wstep{
 		{name: "replay all from 2 prev_kv", create: fromTwo},
 		{name: "replay k prefix from 5 NOPUT", create: prefix},
@@ -173,6 +177,7 @@ func TestDiffWatchHistory(t *testing.T) {
 		// stays unanswered) until the client cancels it.
 		{name: "cancel compacted watcher", cancel: id(5)},
 		{name: "start at compact rev", create: wcreate("k", prefixEnd("k"), 10)},
+		{name: "start at compact rev prev_kv", create: atCompactPrev},
 		{name: "start after compact", create: wcreate("\x00", "\x00", 11)},
 		{name: "after compaction", flat: true},
 		{name: "future start", create: wcreate("\x00", "\x00", 30)},

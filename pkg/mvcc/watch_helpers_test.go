@@ -216,7 +216,7 @@ func (l *memLog) expected(w *watcher, from int64) []string {
 	var out []string
 	for _, c := range l.rows {
 		if changeRev(c) >= from && w.wants(c) {
-			out = append(out, evKey(w.event(c)))
+			out = append(out, evKey(w.event(c, l.compacted)))
 		}
 	}
 	return out

@@ -128,6 +128,7 @@ func (h *watchHub) publish(rev int64, changes []Change) {
 	// two event variants of a change are shared by the watchers that get them.
 	var order []*watcher
 	batches := make(map[*watcher][]*mvccpb.Event)
+	compacted := h.cfg.compacted()
 	for _, c := range changes {
 		var plain, withPrev *mvccpb.Event
 		h.synced.each(c.KV.Key, func(w *watcher) {
@@ -137,12 +138,12 @@ func (h *watchHub) publish(rev int64, changes []Change) {
 			var ev *mvccpb.Event
 			if w.prevKV {
 				if withPrev == nil {
-					withPrev = w.event(c)
+					withPrev = w.event(c, compacted)
 				}
 				ev = withPrev
 			} else {
 				if plain == nil {
-					plain = w.event(c)
+					plain = w.event(c, compacted)
 				}
 				ev = plain
 			}

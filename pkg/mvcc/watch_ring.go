@@ -64,11 +64,12 @@ func (r *ring) reset(next int64) {
 }
 
 // scan feeds b with w's events from revision from to the newest one held,
-// and returns the revision w has seen everything up to.
-func (r *ring) scan(w *watcher, from int64, b *eventBatch) int64 {
+// and returns the revision w has seen everything up to. compacted decides
+// which prev_kv are still readable.
+func (r *ring) scan(w *watcher, from, compacted int64, b *eventBatch) int64 {
 	for rev := from; rev < r.end(); rev++ {
 		for _, c := range r.entries[rev-r.first].changes {
-			if w.wants(c) && !b.add(rev, w.event(c)) {
+			if w.wants(c) && !b.add(rev, w.event(c, compacted)) {
 				return b.cut - 1 // the batch is full before rev
 			}
 		}

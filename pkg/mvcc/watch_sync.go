@@ -181,17 +181,18 @@ func (h *watchHub) readHistory(from, to int64, withPrev bool) ([]Change, int64, 
 func (h *watchHub) catchUpLocked(w *watcher, rows []Change, rowsTo int64) bool {
 	var b eventBatch
 	covered := w.next - 1
+	compacted := h.cfg.compacted()
 	if w.next <= rowsTo {
 		i := sort.Search(len(rows), func(i int) bool { return changeRev(rows[i]) >= w.next })
 		for _, c := range rows[i:] {
-			if w.wants(c) && !b.add(changeRev(c), w.event(c)) {
+			if w.wants(c) && !b.add(changeRev(c), w.event(c, compacted)) {
 				break
 			}
 		}
 		covered = b.coveredTo(rowsTo)
 	}
 	if b.cut == 0 && h.ring.covers(covered+1) {
-		covered = h.ring.scan(w, covered+1, &b)
+		covered = h.ring.scan(w, covered+1, compacted, &b)
 	}
 	if len(b.evs) > 0 {
 		resp := &pb.WatchResponse{Header: header(h.rev), WatchId: w.id, Events: b.evs}

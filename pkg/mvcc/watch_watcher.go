@@ -75,13 +75,16 @@ func (w *watcher) wants(c Change) bool {
 }
 
 // event builds the event w receives for c. PrevKv is set only when the
-// watcher asked for it, as etcd's server fills it only for prev_kv watchers.
-func (w *watcher) event(c Change) *mvccpb.Event {
+// watcher asked for it, as etcd's server fills it only for prev_kv watchers,
+// and only while the revision before the event is not compacted: etcd reads
+// prev_kv at send time as a range at that revision, which then fails, and
+// kube-apiserver relies on the missing prev_kv to notice the compaction.
+func (w *watcher) event(c Change, compacted int64) *mvccpb.Event {
 	ev := &mvccpb.Event{Type: mvccpb.Event_PUT, Kv: c.KV}
 	if c.Deleted {
 		ev.Type = mvccpb.Event_DELETE
 	}
-	if w.prevKV {
+	if w.prevKV && c.KV.ModRevision-1 >= compacted {
 		ev.PrevKv = c.PrevKV
 	}
 	return ev
