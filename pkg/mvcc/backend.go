@@ -28,6 +28,13 @@ type Backend interface {
 	// writer and see only committed transactions.
 	BeginRead(ctx context.Context) (ReadTx, error)
 
+	// GetLatest returns the live row of key (nil if the key does not exist)
+	// together with the current and compacted revisions, all read from one
+	// consistent committed state, as a ReadTx would give them. It is the
+	// fast path of the commonest request, a latest single-key Range: a
+	// driver can answer it with one statement instead of a transaction.
+	GetLatest(ctx context.Context, key []byte) (kv *mvccpb.KeyValue, current, compacted int64, err error)
+
 	// BeginWrite opens the write transaction. The Store guarantees that at
 	// most one WriteTx of a Backend is open at a time in this process; a
 	// driver shared by several processes (postgres) serialises them itself.

@@ -195,6 +195,9 @@ func (s *Store) RangePage(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRes
 }
 
 func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount bool) (*pb.RangeResponse, error) {
+	if len(r.RangeEnd) == 0 && r.Revision == 0 && !r.CountOnly {
+		return s.getLatest(ctx, r)
+	}
 	tx, err := s.b.BeginRead(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("begin read: %w", err)

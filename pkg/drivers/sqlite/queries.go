@@ -10,6 +10,7 @@ type stmtID int
 const (
 	qRevisions stmtID = iota
 	qGet
+	qGetLatest
 	qChanges
 	qChangesPrev
 	qLeases
@@ -94,6 +95,15 @@ func statements() []statement {
 	s[qGet] = statement{sql: `SELECT l.key, l.create_rev, l.rev, l.version, l.lease, kv.value
 		FROM live AS l CROSS JOIN kv ON kv.rev = l.rev AND kv.sub = l.sub
 		WHERE l.key = ?`, params: []param{pFrom}}
+	// One statement, hence one snapshot, for a latest single-key read: the
+	// revisions always come back, the row's columns are NULL for a missing
+	// key.
+	s[qGetLatest] = statement{sql: `SELECT
+		IFNULL((SELECT value FROM meta WHERE name = 'current'), 0),
+		IFNULL((SELECT value FROM meta WHERE name = 'compacted'), 0),
+		l.key, l.create_rev, l.rev, l.version, l.lease, kv.value
+		FROM (VALUES (?)) AS k LEFT JOIN live AS l ON l.key = k.column1
+		LEFT JOIN kv ON kv.rev = l.rev AND kv.sub = l.sub`, params: []param{pFrom}}
 	s[qChanges] = statement{sql: changesSQL(false), params: []param{pFrom, pTo, pLimit}}
 	s[qChangesPrev] = statement{sql: changesSQL(true), params: []param{pFrom, pTo, pLimit}}
 	s[qLeases] = statement{sql: `SELECT id, ttl FROM lease ORDER BY id`}

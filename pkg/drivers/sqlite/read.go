@@ -182,6 +182,37 @@ func (r *reader) Get(ctx context.Context, key []byte) (*mvccpb.KeyValue, error) 
 	return kv, nil
 }
 
+// GetLatest implements mvcc.Backend with one statement on a pooled read
+// connection and no transaction around it: SQLite runs a lone statement on
+// a snapshot of its own, so the row and the revisions agree.
+func (b *Backend) GetLatest(ctx context.Context, key []byte) (*mvccpb.KeyValue, int64, int64, error) {
+	if b.closed.Load() {
+		return nil, 0, 0, mvcc.ErrClosed
+	}
+	var rc *readConn
+	select {
+	case rc = <-b.readers:
+	case <-ctx.Done():
+		return nil, 0, 0, fmt.Errorf("get latest: wait for connection: %w", ctx.Err())
+	}
+	defer func() { b.readers <- rc }()
+	var (
+		current, compacted                  int64
+		createRev, modRev, version, leaseID sql.NullInt64
+		kv                                  = &mvccpb.KeyValue{}
+	)
+	err := rc.stmts[qGetLatest].QueryRowContext(ctx, nonNil(key)).Scan(&current, &compacted,
+		blob{&kv.Key}, &createRev, &modRev, &version, &leaseID, blob{&kv.Value})
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("get latest: %w", err)
+	}
+	if !modRev.Valid {
+		return nil, current, compacted, nil
+	}
+	kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease = createRev.Int64, modRev.Int64, version.Int64, leaseID.Int64
+	return kv, current, compacted, nil
+}
+
 // Changes implements mvcc.ReadTx.
 func (r *reader) Changes(ctx context.Context, fromRev, toRev int64, limit int, withPrev bool) ([]mvcc.Change, error) {
 	id := qChanges

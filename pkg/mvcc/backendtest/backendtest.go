@@ -50,6 +50,7 @@ func Run(t *testing.T, open func(t *testing.T) mvcc.Backend, opts ...Option) {
 	}{
 		{"EmptyStore", testEmptyStore},
 		{"PutGetOverwrite", testPutGetOverwrite},
+		{"GetLatest", testGetLatest},
 		{"DeleteHidesKeyFromLaterRevisions", testDeleteHidesKey},
 		{"HistoricalRange", testHistoricalRange},
 		{"Limit", testLimit},
