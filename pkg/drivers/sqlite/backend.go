@@ -292,11 +292,11 @@ func (b *Backend) BeginWrite(ctx context.Context) (mvcc.WriteTx, error) {
 		return nil, fmt.Errorf("begin write: %w", err)
 	}
 	w := &writeTx{reader: reader{stmts: b.wstmts, defs: b.defs, sticky: true}, b: b}
-	current, _, err := w.Revisions(ctx)
-	if err != nil {
+	var err error
+	if w.current, w.compacted, err = w.reader.Revisions(ctx); err != nil {
 		return nil, errors.Join(fmt.Errorf("begin write: %w", err), w.Rollback())
 	}
-	w.latest = current
+	w.latest = w.current
 	return w, nil
 }
 

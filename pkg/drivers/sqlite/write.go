@@ -20,6 +20,17 @@ type writeTx struct {
 	reader
 	b    *Backend
 	done bool
+	// current and compacted are the stored revisions: read at BEGIN, then
+	// changed only by SetRevisions, so Revisions needs no query.
+	current, compacted int64
+}
+
+// Revisions implements mvcc.ReadTx.
+func (w *writeTx) Revisions(context.Context) (current, compacted int64, err error) {
+	if err := w.check(); err != nil {
+		return 0, 0, err
+	}
+	return w.current, w.compacted, nil
 }
 
 func (w *writeTx) exec(ctx context.Context, what string, id stmtID, args ...any) (int64, error) {
@@ -79,6 +90,7 @@ func (w *writeTx) SetRevisions(ctx context.Context, current, compacted int64) er
 	if _, err := w.exec(ctx, "set revisions", qSetRevisions, current, compacted); err != nil {
 		return err
 	}
+	w.current, w.compacted = current, compacted
 	w.raise(current)
 	return nil
 }
