@@ -49,6 +49,16 @@ func normalize(m proto.Message) proto.Message {
 		r.DbSize, r.DbSizeInUse, r.DbSizeQuota = 0, 0, 0
 		r.RaftIndex, r.RaftAppliedIndex, r.RaftTerm, r.Leader = 0, 0, 0, 0
 		r.Version, r.StorageVersion = "", ""
+	case *pb.AlarmResponse:
+		// Alarms name the member that raised them; member IDs differ.
+		for _, a := range r.Alarms {
+			a.MemberID = 0
+		}
+	case *pb.HashKVResponse:
+		// The hash is over each server's own storage layout.
+		r.Hash = 0
+	case *pb.HashResponse:
+		r.Hash = 0
 	case *pb.LeaseLeasesResponse:
 		slices.SortFunc(r.Leases, func(a, b *pb.LeaseStatus) int { return cmpInt(a.ID, b.ID) })
 	case *pb.LeaseTimeToLiveResponse:
@@ -178,6 +188,14 @@ func do(ctx context.Context, s *server, req any) (proto.Message, error) {
 		return s.Lease.LeaseLeases(ctx, r)
 	case *pb.StatusRequest:
 		return s.Maint.Status(ctx, r)
+	case *pb.AlarmRequest:
+		return s.Maint.Alarm(ctx, r)
+	case *pb.HashKVRequest:
+		return s.Maint.HashKV(ctx, r)
+	case *pb.HashRequest:
+		return s.Maint.Hash(ctx, r)
+	case *pb.DefragmentRequest:
+		return s.Maint.Defragment(ctx, r)
 	case rangeStream:
 		return rangeStreamMerged(ctx, s, r.RangeRequest)
 	case op:

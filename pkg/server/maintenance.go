@@ -96,7 +96,7 @@ func (s *maintenanceServer) Defragment(ctx context.Context, r *pb.DefragmentRequ
 		return nil, toGRPCError(err)
 	}
 	s.log.InfoContext(ctx, "finished defragment", "took", time.Since(start))
-	return &pb.DefragmentResponse{Header: s.hdr.newHeader(0)}, nil
+	return &pb.DefragmentResponse{}, nil // etcd's answer carries no header
 }
 
 // Hash hashes the whole key space. etcd hashes its bolt file; kite's file
@@ -126,7 +126,7 @@ func (s *maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequ
 	if r.TargetID != s.hdr.memberID {
 		return nil, rpctypes.ErrGRPCBadLeaderTransferee
 	}
-	return &pb.MoveLeaderResponse{Header: s.hdr.newHeader(0)}, nil
+	return &pb.MoveLeaderResponse{}, nil // etcd's answer carries no header
 }
 
 // Downgrade: kite's storage has no older schema to go back to. VALIDATE and

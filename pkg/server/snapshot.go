@@ -37,7 +37,6 @@ func (s *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream pb.Maintenanc
 	s.log.InfoContext(ctx, "sending database snapshot to client", "total-bytes", total, "storage-version", storageVersion())
 	h := sha256.New()
 	var sent int64
-	first := true
 	for sent < total {
 		// A new buffer per message: Send may keep a reference until the
 		// message is encoded.
@@ -51,19 +50,13 @@ func (s *maintenanceServer) Snapshot(r *pb.SnapshotRequest, stream pb.Maintenanc
 		}
 		sent += int64(n)
 		h.Write(buf[:n])
+		// Like etcd's, the messages carry no header.
 		resp := &pb.SnapshotResponse{RemainingBytes: uint64(total - sent), Blob: buf[:n], Version: storageVersion()}
-		if first {
-			resp.Header = s.hdr.newHeader(0)
-			first = false
-		}
 		if err := stream.Send(resp); err != nil {
 			return toGRPCError(err)
 		}
 	}
 	sum := &pb.SnapshotResponse{RemainingBytes: 0, Blob: h.Sum(nil), Version: storageVersion()}
-	if first {
-		sum.Header = s.hdr.newHeader(0)
-	}
 	if err := stream.Send(sum); err != nil {
 		return toGRPCError(err)
 	}
