@@ -51,6 +51,43 @@ func (s *kvServer) rangeStream(r *pb.RangeRequest, rs pb.KV_RangeStreamServer) e
 		})
 	}
 
+	// Reading the next chunk overlaps sending this one: a reader goroutine
+	// hands finished chunks to this one through a one-slot channel, so on
+	// two cores SQLite and the protobuf encoding run side by side.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	chunks := make(chan streamChunk, 1)
+	go s.readChunks(ctx, r, chunks)
+	for c := range chunks {
+		if c.err != nil {
+			return c.err
+		}
+		if err := send(c.resp); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// streamChunk is one RangeStream answer, or the error that ends the stream.
+type streamChunk struct {
+	resp *pb.RangeResponse
+	err  error
+}
+
+// readChunks reads r's range chunk by chunk at the revision of the first
+// chunk and hands each finished answer to out, which it closes at the end
+// (after an error chunk, if any).
+func (s *kvServer) readChunks(ctx context.Context, r *pb.RangeRequest, out chan<- streamChunk) {
+	defer close(out)
+	emit := func(c streamChunk) bool {
+		select {
+		case out <- c:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
 	totalLimit := r.Limit
 	if totalLimit <= 0 {
 		totalLimit = math.MaxInt64
@@ -61,7 +98,8 @@ func (s *kvServer) rangeStream(r *pb.RangeRequest, rs pb.KV_RangeStreamServer) e
 	for {
 		resp, err := s.store.RangePage(ctx, r)
 		if err != nil {
-			return err
+			emit(streamChunk{err: err})
+			return
 		}
 		// Pin the revision of the first chunk so that writes committed
 		// while the stream runs never show up in later chunks.
@@ -78,28 +116,29 @@ func (s *kvServer) rangeStream(r *pb.RangeRequest, rs pb.KV_RangeStreamServer) e
 		if more {
 			nextKey = append(bytes.Clone(resp.Kvs[len(resp.Kvs)-1].Key), 0)
 		}
-		out := &pb.RangeResponse{Kvs: resp.Kvs}
+		chunk := &pb.RangeResponse{Kvs: resp.Kvs}
 		done := !more || count >= totalLimit
 		if done {
-			out.Header = &pb.ResponseHeader{Revision: headerRev}
-			out.More = more
-			out.Count = count
+			chunk.Header = &pb.ResponseHeader{Revision: headerRev}
+			chunk.More = more
+			chunk.Count = count
 			if more {
 				remaining, err := s.countFrom(ctx, r, nextKey)
 				if err != nil {
-					return err
+					emit(streamChunk{err: err})
+					return
 				}
-				out.Count += remaining
+				chunk.Count += remaining
 			}
 		}
-		if err := send(out); err != nil {
-			return err
-		}
-		if done {
-			return nil
+		// The size is taken before the chunk is handed over: the sender
+		// may be encoding it already.
+		size := proto.Size(resp)
+		if !emit(streamChunk{resp: chunk}) || done {
+			return
 		}
 		r.Key = nextKey
-		r.Limit = min(adjustChunkLimit(r.Limit, proto.Size(resp), s.maxRequestBytes), totalLimit-count)
+		r.Limit = min(adjustChunkLimit(r.Limit, size, s.maxRequestBytes), totalLimit-count)
 	}
 }
 
