@@ -102,25 +102,22 @@ func (ws *WatchStream) waitRoom() bool {
 	}
 }
 
-// pop takes the oldest response, waking whoever waits for room.
-func (ws *WatchStream) pop() (queued, bool) {
+// popAll takes every queued response, waking whoever waits for room.
+// Taking them all at once lets the run loop hand the consumer one batch per
+// wake-up instead of one goroutine hand-off per response (with a thousand
+// watchers on a stream, a thousand per event).
+func (ws *WatchStream) popAll() []queued {
 	ws.qmu.Lock()
-	if len(ws.queue) == 0 {
-		ws.qmu.Unlock()
-		return queued{}, false
-	}
-	q := ws.queue[0]
-	ws.queue[0] = queued{}
-	ws.queue = ws.queue[1:]
-	if len(ws.queue) == 0 {
-		ws.queue = nil // let the backing array go
-	}
-	wakeSync := ws.needRoom && len(ws.queue) <= ws.hub.queueLen/2
+	qs := ws.queue
+	ws.queue = nil
+	wakeSync := ws.needRoom && len(qs) > 0
 	if wakeSync {
 		ws.needRoom = false
 	}
 	ws.qmu.Unlock()
-
+	if len(qs) == 0 {
+		return nil
+	}
 	select {
 	case ws.room <- struct{}{}:
 	default:
@@ -128,23 +125,36 @@ func (ws *WatchStream) pop() (queued, bool) {
 	if wakeSync {
 		ws.hub.wakeSync()
 	}
-	return q, true
+	return qs
 }
 
-// run moves responses from the queue to the Responses channel, one at a
-// time, and drives the periodic progress notifications of the stream. It is
-// the only sender on ws.out and closes it when the stream stops.
+// Delivery is one response for the client and whether it belongs to a
+// watcher that asked for fragment (the sender then splits it if it is too
+// large for one message).
+type Delivery struct {
+	Response *pb.WatchResponse
+	Fragment bool
+	op       fragOp // for Responses' bookkeeping of Fragment
+}
+
+// run moves responses from the queue to the Batches channel, every queued
+// response in one batch, and drives the periodic progress notifications of
+// the stream. It is the only sender on ws.batches and closes it when the
+// stream stops. The fragment choice of each response is taken here, in
+// queue order, so it is exact for every response whatever the consumer's
+// pace: a watch ID reused after a cancel never inherits the old choice.
 func (ws *WatchStream) run(progressEvery time.Duration) {
 	defer ws.hub.wg.Done()
 	defer close(ws.donec)
-	defer close(ws.out)
+	defer close(ws.batches)
 	defer ws.dropQueue()
 	ticker := time.NewTicker(progressEvery)
 	defer ticker.Stop()
 	tick := ticker.C
+	fragments := map[int64]bool{}
 	for {
-		q, ok := ws.pop()
-		if !ok {
+		qs := ws.popAll()
+		if len(qs) == 0 {
 			select {
 			case <-ws.wake:
 			case <-tick:
@@ -154,9 +164,20 @@ func (ws *WatchStream) run(progressEvery time.Duration) {
 			}
 			continue
 		}
+		batch := make([]Delivery, len(qs))
+		for i, q := range qs {
+			id := q.resp.WatchId
+			switch q.frag {
+			case fragSet:
+				fragments[id] = true
+			case fragClear:
+				delete(fragments, id)
+			}
+			batch[i] = Delivery{Response: q.resp, Fragment: id != invalidWatchID && fragments[id], op: q.frag}
+		}
 		for sent := false; !sent; {
 			select {
-			case ws.out <- q.resp:
+			case ws.batches <- batch:
 				sent = true
 			case <-tick:
 				ws.hub.progressTick(ws)
@@ -164,7 +185,6 @@ func (ws *WatchStream) run(progressEvery time.Duration) {
 				return
 			}
 		}
-		ws.afterSend(q)
 	}
 }
 
@@ -175,19 +195,27 @@ func (ws *WatchStream) dropQueue() {
 	ws.qmu.Unlock()
 }
 
-// afterSend records the fragment choice of a watch ID only once its
-// created (or canceled) answer has been taken by the consumer. The channel
-// is unbuffered, so the consumer has finished with every earlier response
-// by then, and Fragment answers for the response it holds.
-func (ws *WatchStream) afterSend(q queued) {
-	if q.frag == fragKeep {
-		return
-	}
-	ws.fmu.Lock()
-	defer ws.fmu.Unlock()
-	if q.frag == fragSet {
-		ws.fragments[q.resp.WatchId] = true
-	} else {
-		delete(ws.fragments, q.resp.WatchId)
+// flatten serves Responses: it hands the batches on one response at a
+// time and records each response's fragment choice once the consumer has
+// taken it, so Fragment answers for the response the consumer holds.
+func (ws *WatchStream) flatten() {
+	defer close(ws.flat)
+	for batch := range ws.batches {
+		for _, d := range batch {
+			select {
+			case ws.flat <- d.Response:
+			case <-ws.stopc:
+				return
+			}
+			if d.op != fragKeep {
+				ws.fmu.Lock()
+				if d.op == fragSet {
+					ws.fragments[d.Response.WatchId] = true
+				} else {
+					delete(ws.fragments, d.Response.WatchId)
+				}
+				ws.fmu.Unlock()
+			}
+		}
 	}
 }

@@ -32,12 +32,16 @@ const invalidWatchID = -1
 // A response and its header belong to the receiver; its events and their
 // key-values are shared with other watchers and must not be modified.
 type WatchStream struct {
-	hub   *watchHub
-	out   chan *pb.WatchResponse // unbuffered: see afterSend
-	stopc chan struct{}          // closed once, under hub.mu, with closed
-	donec chan struct{}          // closed when run returns
-	wake  chan struct{}          // the queue got a response
-	room  chan struct{}          // the queue lost a response
+	hub     *watchHub
+	batches chan []Delivery // unbuffered; closed when run returns
+	stopc   chan struct{}   // closed once, under hub.mu, with closed
+	donec   chan struct{}   // closed when run returns
+	wake    chan struct{}   // the queue got a response
+	room    chan struct{}   // the queue lost a response
+
+	// Responses, for consumers that take one response at a time.
+	flatOnce sync.Once
+	flat     chan *pb.WatchResponse
 
 	// Guarded by hub.mu.
 	watchers map[int64]*watcher
@@ -57,7 +61,7 @@ type WatchStream struct {
 func (h *watchHub) newStream() *WatchStream {
 	ws := &WatchStream{
 		hub:       h,
-		out:       make(chan *pb.WatchResponse),
+		batches:   make(chan []Delivery),
 		stopc:     make(chan struct{}),
 		donec:     make(chan struct{}),
 		wake:      make(chan struct{}, 1),
@@ -70,7 +74,7 @@ func (h *watchHub) newStream() *WatchStream {
 	if h.closed {
 		ws.closed = true
 		close(ws.stopc)
-		close(ws.out)
+		close(ws.batches)
 		close(ws.donec)
 		return ws
 	}
@@ -89,12 +93,25 @@ func jitter(d time.Duration) time.Duration {
 	return d + rand.N(d/10)
 }
 
-// Responses delivers the stream's responses in the order the client must
-// see them. It is closed by Close and when the store closes.
-func (ws *WatchStream) Responses() <-chan *pb.WatchResponse { return ws.out }
+// Batches delivers the stream's responses in the order the client must
+// see them, as many at a time as were waiting, each with its fragment
+// choice. It is closed by Close and when the store closes. A stream is read
+// through Batches or through Responses, not both.
+func (ws *WatchStream) Batches() <-chan []Delivery { return ws.batches }
+
+// Responses delivers the same responses one at a time; Fragment then
+// answers for the response last received.
+func (ws *WatchStream) Responses() <-chan *pb.WatchResponse {
+	ws.flatOnce.Do(func() {
+		ws.flat = make(chan *pb.WatchResponse)
+		go ws.flatten()
+	})
+	return ws.flat
+}
 
 // Fragment reports whether the watcher of the response last received from
 // Responses asked for fragment. Call it before receiving the next response.
+// (Batches carries the choice in each Delivery.)
 func (ws *WatchStream) Fragment(id int64) bool {
 	ws.fmu.Lock()
 	defer ws.fmu.Unlock()

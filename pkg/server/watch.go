@@ -17,7 +17,7 @@ import (
 
 // watchServer is etcd's Watch service. Each gRPC stream gets one
 // mvcc.WatchStream; everything a client sees on the stream (created,
-// canceled, events, progress notifications) comes out of ws.Responses() in
+// canceled, events, progress notifications) comes out of ws.Batches() in
 // order, so this layer only translates requests, fills headers and splits
 // oversized responses. It never builds a watch response itself: that is
 // what keeps the stream's ordering guarantees in one place (pkg/mvcc).
@@ -53,17 +53,19 @@ func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		}
 	}()
 
-	responses := ws.Responses()
+	batches := ws.Batches()
 	for {
 		select {
-		case resp, ok := <-responses:
+		case batch, ok := <-batches:
 			if !ok {
 				// The store closed the stream: the server is stopping.
 				return rpctypes.ErrGRPCStopped
 			}
-			if err := s.send(stream, ws, resp); err != nil {
-				logStreamError(ctx, s.log, "send watch response", err)
-				return err
+			for _, d := range batch {
+				if err := s.send(stream, d); err != nil {
+					logStreamError(ctx, s.log, "send watch response", err)
+					return err
+				}
 			}
 		case err := <-recvErr:
 			logStreamError(ctx, s.log, "receive watch request", err)
@@ -117,14 +119,15 @@ func (s *watchServer) recvLoop(stream pb.Watch_WatchServer, ws *mvcc.WatchStream
 	}
 }
 
-func (s *watchServer) send(stream pb.Watch_WatchServer, ws *mvcc.WatchStream, resp *pb.WatchResponse) error {
+func (s *watchServer) send(stream pb.Watch_WatchServer, d mvcc.Delivery) error {
+	resp := d.Response
 	// Responses are shared with the store and must not be modified, so the
 	// header is filled on a copy. The store sets the revision of every
 	// response (0 on a watcher canceled by compaction, as etcd sends it);
 	// it is kept as it is.
 	out := copyWatchResponse(resp)
 	out.Header = s.hdr.fillWithoutRevision(&pb.ResponseHeader{Revision: resp.GetHeader().GetRevision()})
-	if out.WatchId != -1 && ws.Fragment(out.WatchId) {
+	if d.Fragment {
 		return sendFragments(out, s.fragmentBytes, stream.Send)
 	}
 	return stream.Send(out)
