@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -281,6 +282,9 @@ func (k *kiteProcess) start() error {
 	}, k.flags...)
 	k.cmd = exec.Command(kiteBin, args...)
 	k.cmd.Stdout, k.cmd.Stderr = k.log, k.log
+	// If the test process dies without cleanup (an embedded etcd that hits
+	// a Fatal exits it), kite must not outlive it.
+	k.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := k.cmd.Start(); err != nil {
 		return err
 	}

@@ -160,6 +160,8 @@ func tryStartKite(t testing.TB, opts serverOptions) (string, error) {
 	cmd := exec.Command(kiteBin, args...)
 	w := &lockedWriter{w: &logs, mu: &logsMu}
 	cmd.Stdout, cmd.Stderr = w, w
+	// kite must not outlive a test process that dies without cleanup.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return "", err
 	}
