@@ -17,15 +17,11 @@ const hashChunk = 4096
 // etcd's HashKV hashes its key bucket. Replicas that applied the same
 // requests and compacted to the same revision produce the same hash.
 func (s *Store) HashKV(ctx context.Context, rev int64) (*pb.HashKVResponse, error) {
-	tx, err := s.b.BeginRead(ctx)
+	tx, current, compacted, err := s.snapshot(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("begin read: %w", err)
+		return nil, err
 	}
 	defer tx.Rollback()
-	current, compacted, err := tx.Revisions(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read revisions: %w", err)
-	}
 	if rev, err = checkRevision(rev, current, compacted); err != nil {
 		return nil, err
 	}

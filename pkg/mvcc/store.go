@@ -162,17 +162,26 @@ func (s *Store) load(ctx context.Context) (current, compacted int64, leases []Le
 	return current, compacted, leases, nil
 }
 
+// snapshot opens a read snapshot and reads its revisions. The caller ends
+// it with Rollback.
+func (s *Store) snapshot(ctx context.Context) (tx ReadTx, current, compacted int64, err error) {
+	if tx, err = s.b.BeginRead(ctx); err != nil {
+		return nil, 0, 0, fmt.Errorf("begin read: %w", err)
+	}
+	if current, compacted, err = tx.Revisions(ctx); err != nil {
+		tx.Rollback()
+		return nil, 0, 0, fmt.Errorf("read revisions: %w", err)
+	}
+	return tx, current, compacted, nil
+}
+
 // history serves the watch hub's catch-up reads from one snapshot.
 func (s *Store) history(ctx context.Context, fromRev, toRev int64, limit int, withPrev bool) ([]Change, int64, error) {
-	tx, err := s.b.BeginRead(ctx)
+	tx, _, compacted, err := s.snapshot(ctx)
 	if err != nil {
-		return nil, 0, fmt.Errorf("begin read: %w", err)
+		return nil, 0, err
 	}
 	defer tx.Rollback()
-	_, compacted, err := tx.Revisions(ctx)
-	if err != nil {
-		return nil, 0, fmt.Errorf("read revisions: %w", err)
-	}
 	changes, err := tx.Changes(ctx, fromRev, toRev, limit, withPrev)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read changes: %w", err)
@@ -198,15 +207,11 @@ func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount boo
 	if len(r.RangeEnd) == 0 && r.Revision == 0 && !r.CountOnly {
 		return s.getLatest(ctx, r)
 	}
-	tx, err := s.b.BeginRead(ctx)
+	tx, current, compacted, err := s.snapshot(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("begin read: %w", err)
+		return nil, err
 	}
 	defer tx.Rollback()
-	current, compacted, err := tx.Revisions(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read revisions: %w", err)
-	}
 	return executeRange(ctx, tx, r, current, compacted, withCount)
 }
 
@@ -261,15 +266,11 @@ func txnReadOnly(r *pb.TxnRequest) bool {
 // readTxn evaluates a txn whose every operation is a range on a read
 // snapshot: it cannot write, so it need not wait for the writer.
 func (s *Store) readTxn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
-	tx, err := s.b.BeginRead(ctx)
+	tx, current, compacted, err := s.snapshot(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("begin read: %w", err)
+		return nil, err
 	}
 	defer tx.Rollback()
-	current, compacted, err := tx.Revisions(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read revisions: %w", err)
-	}
 	a := &applier{ctx: ctx, tx: readOnlyWriteTx{tx}, current: current, compacted: compacted, leases: s.lessor}
 	return a.applyTxn(r)
 }
