@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -40,6 +41,8 @@ type applyResult struct {
 	// granted / revoked report lease table changes for the lessor.
 	granted *Lease
 	revoked int64
+	// alarms is the whole alarm list after an Alarm request changed it.
+	alarms []*pb.AlarmMember
 }
 
 // isRequestError reports whether err rejects one request without touching
@@ -75,6 +78,8 @@ func (a *applier) apply(r *pb.InternalRaftRequest) (*applyResult, error) {
 	case r.LeaseRevoke != nil:
 		res.resp, err = a.applyLeaseRevoke(r.LeaseRevoke)
 		res.revoked = r.LeaseRevoke.ID
+	case r.Alarm != nil:
+		res.resp, res.alarms, err = a.applyAlarm(r.Alarm)
 	default:
 		return nil, fmt.Errorf("mvcc: unsupported write request %v", r)
 	}
@@ -250,4 +255,36 @@ func (a *applier) applyLeaseRevoke(r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeRes
 		return nil, fmt.Errorf("revoke lease %d: %w", r.ID, err)
 	}
 	return &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: a.readRev()}}, nil
+}
+
+// applyAlarm activates or deactivates one member's alarm. As in etcd, the
+// answer lists the alarm only if the request changed it.
+func (a *applier) applyAlarm(r *pb.AlarmRequest) (*pb.AlarmResponse, []*pb.AlarmMember, error) {
+	resp := &pb.AlarmResponse{Header: &pb.ResponseHeader{Revision: a.current}}
+	alarms, err := a.tx.Alarms(a.ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read alarms: %w", err)
+	}
+	m := &pb.AlarmMember{MemberID: r.MemberID, Alarm: r.Alarm}
+	active := slices.ContainsFunc(alarms, func(x *pb.AlarmMember) bool {
+		return x.MemberID == m.MemberID && x.Alarm == m.Alarm
+	})
+	switch {
+	case r.Action == pb.AlarmRequest_ACTIVATE && r.Alarm != pb.AlarmType_NONE && !active:
+		err = a.tx.PutAlarm(a.ctx, m)
+	case r.Action == pb.AlarmRequest_DEACTIVATE && active:
+		err = a.tx.DeleteAlarm(a.ctx, m)
+	default:
+		return resp, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("change alarm %v: %w", m, err)
+	}
+	resp.Alarms = []*pb.AlarmMember{m}
+	if alarms, err = a.tx.Alarms(a.ctx); err != nil {
+		return nil, nil, fmt.Errorf("read alarms: %w", err)
+	}
+	// Non-nil even when empty: the writer tells "changed to none" from
+	// "unchanged" by it.
+	return resp, append([]*pb.AlarmMember{}, alarms...), nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
@@ -94,6 +95,9 @@ type ReadTx interface {
 	// Leases returns every lease in ascending ID order.
 	Leases(ctx context.Context) ([]Lease, error)
 
+	// Alarms returns the active alarms in (member, type) order.
+	Alarms(ctx context.Context) ([]*pb.AlarmMember, error)
+
 	// LeaseKeys returns the live keys attached to lease id, in ascending order.
 	LeaseKeys(ctx context.Context, id int64) ([][]byte, error)
 
@@ -123,6 +127,11 @@ type WriteTx interface {
 	// DeleteLease removes a lease. Keys are detached by the caller (it
 	// deletes them) before the lease is removed.
 	DeleteLease(ctx context.Context, id int64) error
+
+	// PutAlarm records an active alarm (a no-op if it is recorded already);
+	// DeleteAlarm removes one (a no-op if it is not recorded).
+	PutAlarm(ctx context.Context, a *pb.AlarmMember) error
+	DeleteAlarm(ctx context.Context, a *pb.AlarmMember) error
 
 	// CompactBatch physically removes, among rows with fromRev <= revision <=
 	// toRev, the ones that are no longer visible at revision compacted:

@@ -24,8 +24,8 @@ func (s *Store) getLatest(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRes
 
 var errOneKey = errors.New("mvcc: read beyond the single key of a latest get")
 
-// oneKeyTx is the ReadTx of a latest single-key read: the key's live row
-// (nil when absent) at revision current. executeRange asks it only for
+// oneKeyTx is the rangeReader of a latest single-key read: the key's live
+// row (nil when absent) at revision current. executeRange asks it only for
 // Range or Count of that key at that revision; anything else is an error
 // rather than a wrong answer.
 type oneKeyTx struct {
@@ -63,14 +63,3 @@ func (t *oneKeyTx) Count(_ context.Context, key, end []byte, rev int64) (int64, 
 	}
 	return 1, nil
 }
-
-func (t *oneKeyTx) Revisions(context.Context) (int64, int64, error) { return 0, 0, errOneKey }
-func (t *oneKeyTx) Get(context.Context, []byte) (*mvccpb.KeyValue, error) {
-	return nil, errOneKey
-}
-func (t *oneKeyTx) Changes(context.Context, int64, int64, int, bool) ([]Change, error) {
-	return nil, errOneKey
-}
-func (t *oneKeyTx) Leases(context.Context) ([]Lease, error)            { return nil, errOneKey }
-func (t *oneKeyTx) LeaseKeys(context.Context, int64) ([][]byte, error) { return nil, errOneKey }
-func (t *oneKeyTx) Rollback() error                                    { return nil }

@@ -13,39 +13,76 @@ import (
 // as etcd's quota does.
 const kvOverhead = 256
 
-// quota watches the database size against QuotaBackendBytes and holds the
-// alarms. Like etcd, an exhausted quota raises NOSPACE, and while NOSPACE is
-// active writes that can grow the database (put, txn with a put, lease
-// grant) are refused until an operator frees space and disarms the alarm.
+// quota watches the database size against QuotaBackendBytes and mirrors the
+// active alarms. Like etcd, an exhausted quota raises NOSPACE, and while a
+// NOSPACE alarm is active writes that can grow the database (put, txn with a
+// put, lease grant) are refused until an operator frees space and disarms the
+// alarm. Alarms are state: they change only through applied Alarm requests
+// and are stored with the data, so they survive a restart as etcd's do.
 type quota struct {
-	limit    int64 // <= 0: no quota
-	b        Backend
-	memberID uint64
+	limit int64 // <= 0: no quota
+	b     Backend
 
 	mu        sync.Mutex // guards the fields below
 	size      int64
 	checkedAt time.Time
-	nospace   bool
+	alarms    []*pb.AlarmMember // as of the last commit, in (member, type) order
+	// exceeded is set when a request found the quota exhausted, so the
+	// requests after it are refused while the NOSPACE alarm is raised.
+	exceeded bool
 }
 
-// check admits or refuses a write request.
-func (q *quota) check(r *pb.InternalRaftRequest) error {
+// check admits or refuses a write request. raise reports that this request
+// found the quota exhausted: the caller raises the NOSPACE alarm.
+func (q *quota) check(r *pb.InternalRaftRequest) (raise bool, err error) {
 	if !growsDatabase(r) {
-		return nil
+		return false, nil
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.nospace {
-		return ErrNoSpace
+	if q.exceeded || hasAlarm(q.alarms, pb.AlarmType_NOSPACE) {
+		return false, ErrNoSpace
 	}
-	if q.limit <= 0 {
-		return nil
+	if q.limit > 0 && q.size+int64(proto.Size(r))+kvOverhead > q.limit {
+		q.exceeded = true
+		return true, ErrNoSpace
 	}
-	if q.size+int64(proto.Size(r))+kvOverhead > q.limit {
-		q.nospace = true
-		return ErrNoSpace
+	return false, nil
+}
+
+// setAlarms records the alarms committed by the writer. Disarming NOSPACE
+// forgets the exhausted quota and forces a fresh size reading.
+func (q *quota) setAlarms(alarms []*pb.AlarmMember) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.alarms = alarms
+	if !hasAlarm(alarms, pb.AlarmType_NOSPACE) {
+		q.exceeded = false
+		q.checkedAt = time.Time{}
 	}
-	return nil
+}
+
+// get lists the active alarms of type t (every alarm for NONE), as etcd's
+// Alarm GET does.
+func (q *quota) get(t pb.AlarmType) []*pb.AlarmMember {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []*pb.AlarmMember
+	for _, a := range q.alarms {
+		if t == pb.AlarmType_NONE || a.Alarm == t {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func hasAlarm(alarms []*pb.AlarmMember, t pb.AlarmType) bool {
+	for _, a := range alarms {
+		if a.Alarm == t {
+			return true
+		}
+	}
+	return false
 }
 
 // afterCommit refreshes the cached size, at most every 100 ms, so the quota
@@ -91,38 +128,4 @@ func txnHasPut(t *pb.TxnRequest) bool {
 		}
 	}
 	return false
-}
-
-// alarm serves the Alarm RPC: GET lists, ACTIVATE raises, DEACTIVATE disarms.
-func (q *quota) alarm(r *pb.AlarmRequest) *pb.AlarmResponse {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	resp := &pb.AlarmResponse{Header: &pb.ResponseHeader{}}
-	nospace := func() *pb.AlarmMember {
-		return &pb.AlarmMember{MemberID: q.memberID, Alarm: pb.AlarmType_NOSPACE}
-	}
-	switch r.Action {
-	case pb.AlarmRequest_GET:
-		if q.nospace && (r.Alarm == pb.AlarmType_NONE || r.Alarm == pb.AlarmType_NOSPACE) {
-			resp.Alarms = append(resp.Alarms, nospace())
-		}
-	case pb.AlarmRequest_ACTIVATE:
-		if r.Alarm == pb.AlarmType_NOSPACE && !q.nospace {
-			q.nospace = true
-			resp.Alarms = append(resp.Alarms, nospace())
-		}
-	case pb.AlarmRequest_DEACTIVATE:
-		if r.Alarm == pb.AlarmType_NOSPACE && q.nospace {
-			q.nospace = false
-			q.checkedAt = time.Time{}
-			resp.Alarms = append(resp.Alarms, nospace())
-		}
-	}
-	return resp
-}
-
-func (q *quota) active() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.nospace
 }

@@ -33,13 +33,20 @@ func checkRevision(rev, current, compacted int64) (int64, error) {
 	return rev, nil
 }
 
+// rangeReader is the part of a ReadTx that executeRange uses: a latest get
+// serves it from one row (getlatest.go), everything else from a ReadTx.
+type rangeReader interface {
+	Range(ctx context.Context, key, end []byte, rev, limit int64, keysOnly bool) ([]*mvccpb.KeyValue, error)
+	Count(ctx context.Context, key, end []byte, rev int64) (int64, error)
+}
+
 // executeRange answers r from tx, whose current and compacted revisions are
 // given. It follows etcd's order: fetch (limit+1 when the natural key order
 // and no filters allow pushing the limit down), filter, sort, truncate.
 // Count is the number of keys in the range at the read revision, before
 // filters, as in etcd; withCount false skips the count query a limited
 // read would need (Count is then only set when the rows were the whole range).
-func executeRange(ctx context.Context, tx ReadTx, r *pb.RangeRequest, current, compacted int64, withCount bool) (*pb.RangeResponse, error) {
+func executeRange(ctx context.Context, tx rangeReader, r *pb.RangeRequest, current, compacted int64, withCount bool) (*pb.RangeResponse, error) {
 	rev, err := checkRevision(r.Revision, current, compacted)
 	if err != nil {
 		return nil, err

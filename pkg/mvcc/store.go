@@ -99,13 +99,14 @@ func Open(ctx context.Context, b Backend, cfg Config) (*Store, error) {
 		log:    cfg.Logger.With("component", "mvcc"),
 		writec: make(chan *pending, cfg.MaxBatch),
 		lessor: newLessor(time.Now),
-		quota:  &quota{limit: cfg.QuotaBackendBytes, b: b, memberID: cfg.MemberID},
+		quota:  &quota{limit: cfg.QuotaBackendBytes, b: b},
 		stopc:  make(chan struct{}),
 	}
-	current, compacted, leases, err := s.load(ctx)
+	current, compacted, leases, alarms, err := s.load(ctx)
 	if err != nil {
 		return nil, err
 	}
+	s.quota.setAlarms(alarms)
 	s.current.Store(current)
 	s.compacted.Store(compacted)
 	for _, l := range leases {
@@ -132,12 +133,12 @@ func Open(ctx context.Context, b Backend, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// load reads the revisions and leases, initialising an empty store at
+// load reads the revisions, leases and alarms, initialising an empty store at
 // revision 1.
-func (s *Store) load(ctx context.Context) (current, compacted int64, leases []Lease, err error) {
+func (s *Store) load(ctx context.Context) (current, compacted int64, leases []Lease, alarms []*pb.AlarmMember, err error) {
 	tx, err := s.b.BeginWrite(ctx)
 	if err != nil {
-		return 0, 0, nil, fmt.Errorf("begin: %w", err)
+		return 0, 0, nil, nil, fmt.Errorf("begin: %w", err)
 	}
 	defer func() {
 		if err != nil {
@@ -145,21 +146,24 @@ func (s *Store) load(ctx context.Context) (current, compacted int64, leases []Le
 		}
 	}()
 	if current, compacted, err = tx.Revisions(ctx); err != nil {
-		return 0, 0, nil, fmt.Errorf("read revisions: %w", err)
+		return 0, 0, nil, nil, fmt.Errorf("read revisions: %w", err)
 	}
 	if current == 0 {
 		current = 1
 		if err = tx.SetRevisions(ctx, current, compacted); err != nil {
-			return 0, 0, nil, fmt.Errorf("initialise revision: %w", err)
+			return 0, 0, nil, nil, fmt.Errorf("initialise revision: %w", err)
 		}
 	}
 	if leases, err = tx.Leases(ctx); err != nil {
-		return 0, 0, nil, fmt.Errorf("read leases: %w", err)
+		return 0, 0, nil, nil, fmt.Errorf("read leases: %w", err)
+	}
+	if alarms, err = tx.Alarms(ctx); err != nil {
+		return 0, 0, nil, nil, fmt.Errorf("read alarms: %w", err)
 	}
 	if err = tx.Commit(); err != nil {
-		return 0, 0, nil, fmt.Errorf("commit: %w", err)
+		return 0, 0, nil, nil, fmt.Errorf("commit: %w", err)
 	}
-	return current, compacted, leases, nil
+	return current, compacted, leases, alarms, nil
 }
 
 // snapshot opens a read snapshot and reads its revisions. The caller ends
@@ -244,9 +248,18 @@ func (s *Store) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, err
 	return resp.(*pb.TxnResponse), nil
 }
 
-// admit checks the quota, then queues the write.
+// admit checks the quota, then queues the write. The request that finds the
+// quota exhausted raises the NOSPACE alarm through the write path, so the
+// alarm is stored like any other state, then fails as etcd's does.
 func (s *Store) admit(ctx context.Context, r *pb.InternalRaftRequest) (any, error) {
-	if err := s.quota.check(r); err != nil {
+	raise, err := s.quota.check(r)
+	if raise {
+		alarm := &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: s.cfg.MemberID, Alarm: pb.AlarmType_NOSPACE}
+		if _, aerr := s.write(ctx, &pb.InternalRaftRequest{Alarm: alarm}); aerr != nil {
+			s.log.Warn("raise NOSPACE alarm", "err", aerr)
+		}
+	}
+	if err != nil {
 		return nil, err
 	}
 	return s.write(ctx, r)
@@ -286,6 +299,8 @@ func (readOnlyWriteTx) Delete(context.Context, []byte, int64, int64) error { ret
 func (readOnlyWriteTx) SetRevisions(context.Context, int64, int64) error   { return errReadOnly }
 func (readOnlyWriteTx) PutLease(context.Context, Lease) error              { return errReadOnly }
 func (readOnlyWriteTx) DeleteLease(context.Context, int64) error           { return errReadOnly }
+func (readOnlyWriteTx) PutAlarm(context.Context, *pb.AlarmMember) error    { return errReadOnly }
+func (readOnlyWriteTx) DeleteAlarm(context.Context, *pb.AlarmMember) error { return errReadOnly }
 func (readOnlyWriteTx) Commit() error                                      { return errReadOnly }
 func (readOnlyWriteTx) CompactBatch(context.Context, int64, int64, int64) (int64, error) {
 	return 0, errReadOnly
@@ -384,14 +399,17 @@ func (s *Store) Revisions() (current, compacted int64) {
 	return s.current.Load(), s.compacted.Load()
 }
 
-// Alarm lists, activates or deactivates alarms (kite raises only NOSPACE).
+// Alarm lists, activates or deactivates alarms. Changes go through the write
+// path and are stored; kite itself raises only NOSPACE.
 func (s *Store) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
-	resp := s.quota.alarm(r)
-	if r.Action == pb.AlarmRequest_DEACTIVATE {
-		s.quota.refresh(ctx)
+	if r.Action == pb.AlarmRequest_GET {
+		return &pb.AlarmResponse{Header: &pb.ResponseHeader{Revision: s.current.Load()}, Alarms: s.quota.get(r.Alarm)}, nil
 	}
-	resp.Header.Revision = s.current.Load()
-	return resp, nil
+	resp, err := s.write(ctx, &pb.InternalRaftRequest{Alarm: r})
+	if err != nil {
+		return nil, err
+	}
+	return resp.(*pb.AlarmResponse), nil
 }
 
 // Backend returns the storage (for Status, Defragment and Snapshot).

@@ -250,6 +250,36 @@ func TestStore_QuotaRaisesNoSpaceAndRefusesPuts(t *testing.T) {
 	}
 }
 
+// The NOSPACE alarm is stored state: it survives a restart, and writes stay
+// refused until it is disarmed, as with etcd.
+func TestStore_AlarmSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	s := openStore(t, dir, mvcc.Config{MemberID: 42})
+	nospace := &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: 42, Alarm: pb.AlarmType_NOSPACE}
+	if resp, err := s.Alarm(ctx, nospace); err != nil || len(resp.Alarms) != 1 {
+		t.Fatalf("activate: %v %v", resp, err)
+	}
+	if resp, err := s.Alarm(ctx, nospace); err != nil || len(resp.Alarms) != 0 {
+		t.Fatalf("activate again: %v %v, want no change listed", resp, err)
+	}
+	closeStore(t, s)
+
+	s = openStore(t, dir, mvcc.Config{MemberID: 42})
+	got, _ := s.Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_GET})
+	if len(got.Alarms) != 1 || got.Alarms[0].MemberID != 42 || got.Alarms[0].Alarm != pb.AlarmType_NOSPACE {
+		t.Fatalf("alarms after restart: %v, want NOSPACE of member 42", got.Alarms)
+	}
+	if _, err := s.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}); !errors.Is(err, mvcc.ErrNoSpace) {
+		t.Fatalf("put after restart under alarm: %v, want ErrNoSpace", err)
+	}
+	disarm := &pb.AlarmRequest{Action: pb.AlarmRequest_DEACTIVATE, MemberID: 42, Alarm: pb.AlarmType_NOSPACE}
+	if resp, err := s.Alarm(ctx, disarm); err != nil || len(resp.Alarms) != 1 {
+		t.Fatalf("deactivate: %v %v", resp, err)
+	}
+	put(t, s, "k", "v", 0)
+}
+
 // A txn may delete a key through a from-key range and put it again (etcd's
 // duplicate check lets it through); the put creates the key anew, and
 // compaction at that revision keeps it readable.

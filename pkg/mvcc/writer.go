@@ -166,6 +166,7 @@ func (s *Store) applyAndCommit(batch []*pending) ([]committed, error) {
 	}
 	leases := &batchLeases{base: s.lessor, granted: map[int64]Lease{}, revoked: map[int64]bool{}}
 	var revs []committed
+	var alarms []*pb.AlarmMember // the alarm list after the batch, if it changed
 	newCompacted := int64(0)
 	for _, p := range batch {
 		a := &applier{ctx: s.ctx, tx: tx, current: current, compacted: compacted, leases: leases}
@@ -180,6 +181,9 @@ func (s *Store) applyAndCommit(batch []*pending) ([]committed, error) {
 		}
 		p.resp = res.resp
 		leases.record(res)
+		if res.alarms != nil {
+			alarms = res.alarms
+		}
 		if res.compacted != 0 {
 			compacted, newCompacted = res.compacted, res.compacted
 		}
@@ -200,6 +204,9 @@ func (s *Store) applyAndCommit(batch []*pending) ([]committed, error) {
 		return nil, fmt.Errorf("commit: %w", err)
 	}
 	leases.commit()
+	if alarms != nil {
+		s.quota.setAlarms(alarms)
+	}
 	if newCompacted != 0 {
 		s.compacted.Store(newCompacted)
 		s.compactor.notify(newCompacted)

@@ -15,6 +15,7 @@ const (
 	qChangesPrev
 	qLeases
 	qLeaseKeys
+	qAlarms
 	qUnleasedKeys
 	// qRange is the first of eight range variants, see rangeID.
 	qRange
@@ -40,6 +41,8 @@ const (
 	qSetRevisions
 	qPutLease
 	qDeleteLease
+	qPutAlarm
+	qDeleteAlarm
 	qCompact
 	qBegin
 	qCommit
@@ -107,6 +110,7 @@ func statements() []statement {
 	s[qChanges] = statement{sql: changesSQL(false), params: []param{pFrom, pTo, pLimit}}
 	s[qChangesPrev] = statement{sql: changesSQL(true), params: []param{pFrom, pTo, pLimit}}
 	s[qLeases] = statement{sql: `SELECT id, ttl FROM lease ORDER BY id`}
+	s[qAlarms] = statement{sql: `SELECT member, type FROM alarm ORDER BY member, type`}
 	// "lease != 0" lets SQLite use the partial index live_leased.
 	s[qLeaseKeys] = statement{sql: `SELECT key FROM live WHERE lease = ? AND lease != 0 ORDER BY key`,
 		params: []param{pRev}}
@@ -140,6 +144,9 @@ func statements() []statement {
 	s[qPutLease] = statement{sql: `INSERT INTO lease (id, ttl) VALUES (?, ?)
 		ON CONFLICT (id) DO UPDATE SET ttl = excluded.ttl`}
 	s[qDeleteLease] = statement{sql: `DELETE FROM lease WHERE id = ?`}
+	s[qPutAlarm] = statement{sql: `INSERT INTO alarm (member, type) VALUES (?, ?)
+		ON CONFLICT (member, type) DO NOTHING`}
+	s[qDeleteAlarm] = statement{sql: `DELETE FROM alarm WHERE member = ? AND type = ?`}
 	// The rev range walks the primary key; the EXISTS probe is one seek in
 	// kv_key_rev. Both bounds keep a batch proportional to its revisions.
 	s[qCompact] = statement{sql: `DELETE FROM kv

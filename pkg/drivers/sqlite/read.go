@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/kite-db/kite/pkg/mvcc"
@@ -278,6 +279,28 @@ func (r *reader) Leases(ctx context.Context) ([]mvcc.Lease, error) {
 	}
 	if err := rows.Err(); err != nil {
 		return nil, r.fail("read leases", err)
+	}
+	return out, nil
+}
+
+// Alarms implements mvcc.ReadTx.
+func (r *reader) Alarms(ctx context.Context) ([]*pb.AlarmMember, error) {
+	rows, err := r.query(ctx, qAlarms)
+	if err != nil {
+		return nil, r.fail("read alarms", err)
+	}
+	defer rows.Close()
+	var out []*pb.AlarmMember
+	for rows.Next() {
+		var member int64 // see memberColumn
+		var typ int32
+		if err := rows.Scan(&member, &typ); err != nil {
+			return nil, r.fail("read alarms: scan", err)
+		}
+		out = append(out, &pb.AlarmMember{MemberID: uint64(member), Alarm: pb.AlarmType(typ)})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, r.fail("read alarms", err)
 	}
 	return out, nil
 }

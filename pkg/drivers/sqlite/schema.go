@@ -59,6 +59,12 @@ var schema = []string{
 		id  INTEGER NOT NULL PRIMARY KEY,
 		ttl INTEGER NOT NULL
 	)`,
+	// Active alarms (NOSPACE, ...) survive a restart, as etcd's do.
+	`CREATE TABLE IF NOT EXISTS alarm (
+		member INTEGER NOT NULL,
+		type   INTEGER NOT NULL,
+		PRIMARY KEY (member, type)
+	) WITHOUT ROWID`,
 }
 
 // initMeta gives a new database its revisions and schema version; on an

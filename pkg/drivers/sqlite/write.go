@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/kite-db/kite/pkg/mvcc"
@@ -104,6 +105,23 @@ func (w *writeTx) PutLease(ctx context.Context, l mvcc.Lease) error {
 // DeleteLease implements mvcc.WriteTx.
 func (w *writeTx) DeleteLease(ctx context.Context, id int64) error {
 	_, err := w.exec(ctx, "delete lease", qDeleteLease, id)
+	return err
+}
+
+// memberColumn stores a uint64 member ID in SQLite's signed 64-bit integer
+// (database/sql refuses uint64 values with the high bit set); Alarms turns
+// it back.
+func memberColumn(id uint64) int64 { return int64(id) }
+
+// PutAlarm implements mvcc.WriteTx.
+func (w *writeTx) PutAlarm(ctx context.Context, a *pb.AlarmMember) error {
+	_, err := w.exec(ctx, "put alarm", qPutAlarm, memberColumn(a.MemberID), int32(a.Alarm))
+	return err
+}
+
+// DeleteAlarm implements mvcc.WriteTx.
+func (w *writeTx) DeleteAlarm(ctx context.Context, a *pb.AlarmMember) error {
+	_, err := w.exec(ctx, "delete alarm", qDeleteAlarm, memberColumn(a.MemberID), int32(a.Alarm))
 	return err
 }
 

@@ -61,6 +61,7 @@ func Run(t *testing.T, open func(t *testing.T) mvcc.Backend, opts ...Option) {
 		{"ChangesWithPrev", testChangesWithPrev},
 		{"Leases", testLeases},
 		{"LeaseKeysFollowLiveLease", testLeaseKeys},
+		{"Alarms", testAlarms},
 		{"WriteTxSeesOwnWrites", testWriteSeesOwnWrites},
 		{"DeleteAndPutInOneRevision", testDeleteAndPutInOneRevision},
 		{"RollbackLeavesNoTrace", testRollback},

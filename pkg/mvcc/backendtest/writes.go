@@ -2,8 +2,11 @@ package backendtest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/kite-db/kite/pkg/mvcc"
 )
@@ -254,4 +257,51 @@ func testDeleteAndPutInOneRevision(t *testing.T, e env) {
 		t.Errorf("compaction removed %d rows, want %d", got, want)
 	}
 	h.read(func(tx mvcc.ReadTx) { h.checkAgainstModel(tx, rev, sweepSpans) })
+}
+
+func testAlarms(t *testing.T, e env) {
+	h := newHarness(t, e.open(t))
+	nospace := &etcdserverpb.AlarmMember{MemberID: 7, Alarm: etcdserverpb.AlarmType_NOSPACE}
+	high := &etcdserverpb.AlarmMember{MemberID: 1<<63 + 5, Alarm: etcdserverpb.AlarmType_NOSPACE}
+	corrupt := &etcdserverpb.AlarmMember{MemberID: 3, Alarm: etcdserverpb.AlarmType_CORRUPT}
+	h.write(func(tx mvcc.WriteTx) {
+		for _, a := range []*etcdserverpb.AlarmMember{nospace, corrupt, nospace, high} {
+			if err := tx.PutAlarm(context.Background(), a); err != nil {
+				t.Fatalf("PutAlarm(%v): %v", a, err)
+			}
+		}
+	})
+	h.read(func(tx mvcc.ReadTx) {
+		equal(t, "Alarms", alarmsOf(t, tx), []string{"9223372036854775813/NOSPACE", "3/CORRUPT", "7/NOSPACE"})
+	})
+	h.write(func(tx mvcc.WriteTx) {
+		for _, a := range []*etcdserverpb.AlarmMember{corrupt, high, {MemberID: 9, Alarm: etcdserverpb.AlarmType_NOSPACE}} {
+			if err := tx.DeleteAlarm(context.Background(), a); err != nil {
+				t.Fatalf("DeleteAlarm(%v): %v", a, err)
+			}
+		}
+		equal(t, "Alarms inside the write", alarmsOf(t, tx), []string{"7/NOSPACE"})
+	})
+	h.read(func(tx mvcc.ReadTx) {
+		equal(t, "Alarms after delete", alarmsOf(t, tx), []string{"7/NOSPACE"})
+	})
+	if e.reopen != nil {
+		h.b = e.reopen(t, h.b)
+		h.read(func(tx mvcc.ReadTx) {
+			equal(t, "Alarms after reopen", alarmsOf(t, tx), []string{"7/NOSPACE"})
+		})
+	}
+}
+
+func alarmsOf(t *testing.T, tx mvcc.ReadTx) []string {
+	t.Helper()
+	as, err := tx.Alarms(context.Background())
+	if err != nil {
+		t.Fatalf("Alarms: %v", err)
+	}
+	var out []string
+	for _, a := range as {
+		out = append(out, fmt.Sprintf("%d/%s", a.MemberID, a.Alarm))
+	}
+	return out
 }
