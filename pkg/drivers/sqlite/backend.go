@@ -109,9 +109,12 @@ func Open(ctx context.Context, path string, opts Options) (b *Backend, err error
 		defs:     statements(),
 		writeSem: make(chan struct{}, 1),
 	}
+	// Every error return below sets b to nil: close what was opened through
+	// a copy of the pointer.
+	opened := b
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, b.Close())
+			err = errors.Join(err, opened.Close())
 		}
 	}()
 	if err := b.openWriter(ctx, opts); err != nil {

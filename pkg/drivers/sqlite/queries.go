@@ -61,7 +61,7 @@ type param int
 const (
 	pFrom param = iota
 	pTo
-	pRev
+	pRev // bound as lastID(rev): a row is visible at rev when its id is <= that
 	pLimit
 )
 
@@ -89,14 +89,17 @@ func countID(historical, open bool) stmtID {
 	return qCount + 2*b2i(historical) + b2i(open)
 }
 
+// The SQL below turns an id into its revision with "id >> 20": subBits.
+const _ = uint(subBits-20) + uint(20-subBits) // does not compile unless subBits == 20
+
 // statements returns the SQL of every statement, indexed by stmtID.
 func statements() []statement {
 	s := make([]statement, numStmts)
 	s[qRevisions] = statement{sql: `SELECT
 		IFNULL((SELECT value FROM meta WHERE name = 'current'), 0),
 		IFNULL((SELECT value FROM meta WHERE name = 'compacted'), 0)`}
-	s[qGet] = statement{sql: `SELECT l.key, l.create_rev, l.rev, l.version, l.lease, kv.value
-		FROM live AS l CROSS JOIN kv ON kv.rev = l.rev AND kv.sub = l.sub
+	s[qGet] = statement{sql: `SELECT l.key, l.create_rev, l.id >> 20, l.version, l.lease, kv.value
+		FROM live AS l CROSS JOIN kv ON kv.id = l.id
 		WHERE l.key = ?`, params: []param{pFrom}}
 	// One statement, hence one snapshot, for a latest single-key read: the
 	// revisions always come back, the row's columns are NULL for a missing
@@ -104,9 +107,9 @@ func statements() []statement {
 	s[qGetLatest] = statement{sql: `SELECT
 		IFNULL((SELECT value FROM meta WHERE name = 'current'), 0),
 		IFNULL((SELECT value FROM meta WHERE name = 'compacted'), 0),
-		l.key, l.create_rev, l.rev, l.version, l.lease, kv.value
+		l.key, l.create_rev, l.id >> 20, l.version, l.lease, kv.value
 		FROM (VALUES (?)) AS k LEFT JOIN live AS l ON l.key = k.column1
-		LEFT JOIN kv ON kv.rev = l.rev AND kv.sub = l.sub`, params: []param{pFrom}}
+		LEFT JOIN kv ON kv.id = l.id`, params: []param{pFrom}}
 	s[qChanges] = statement{sql: changesSQL(false), params: []param{pFrom, pTo, pLimit}}
 	s[qChangesPrev] = statement{sql: changesSQL(true), params: []param{pFrom, pTo, pLimit}}
 	s[qLeases] = statement{sql: `SELECT id, ttl FROM lease ORDER BY id`}
@@ -127,14 +130,14 @@ func statements() []statement {
 	}
 
 	s[qInsertPut] = statement{sql: `INSERT INTO kv
-		(rev, sub, key, create_rev, version, lease, deleted, value)
-		VALUES (?, ?, ?, ?, ?, ?, 0, ?)`}
+		(id, key, create_rev, version, lease, deleted, value)
+		VALUES (?, ?, ?, ?, ?, 0, ?)`}
 	s[qInsertTombstone] = statement{sql: `INSERT INTO kv
-		(rev, sub, key, create_rev, version, lease, deleted, value)
-		VALUES (?, ?, ?, 0, 0, 0, 1, x'')`}
-	s[qUpsertLive] = statement{sql: `INSERT INTO live (key, rev, sub, create_rev, version, lease)
-		VALUES (?, ?, ?, ?, ?, ?)
-		ON CONFLICT (key) DO UPDATE SET rev = excluded.rev, sub = excluded.sub,
+		(id, key, create_rev, version, lease, deleted, value)
+		VALUES (?, ?, 0, 0, 0, 1, x'')`}
+	s[qUpsertLive] = statement{sql: `INSERT INTO live (key, id, create_rev, version, lease)
+		VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (key) DO UPDATE SET id = excluded.id,
 			create_rev = excluded.create_rev, version = excluded.version,
 			lease = excluded.lease`}
 	s[qDeleteLive] = statement{sql: `DELETE FROM live WHERE key = ?`}
@@ -147,12 +150,13 @@ func statements() []statement {
 	s[qPutAlarm] = statement{sql: `INSERT INTO alarm (member, type) VALUES (?, ?)
 		ON CONFLICT (member, type) DO NOTHING`}
 	s[qDeleteAlarm] = statement{sql: `DELETE FROM alarm WHERE member = ? AND type = ?`}
-	// The rev range walks the primary key; the EXISTS probe is one seek in
-	// kv_key_rev. Both bounds keep a batch proportional to its revisions.
+	// The id range (the step's revisions, bounded by the compacted one)
+	// walks the log's rowid; the EXISTS probe is one seek in kv_key. Both
+	// bounds keep a batch proportional to its revisions.
 	s[qCompact] = statement{sql: `DELETE FROM kv
-		WHERE rev >= ?1 AND rev <= ?2 AND rev <= ?3
+		WHERE id >= ?1 AND id <= ?2 AND id <= ?3
 		AND (deleted = 1 OR EXISTS (SELECT 1 FROM kv AS n
-			WHERE n.key = kv.key AND (n.rev, n.sub) > (kv.rev, kv.sub) AND n.rev <= ?3))`}
+			WHERE n.key = kv.key AND n.id > kv.id AND n.id <= ?3))`}
 	// IMMEDIATE takes the write lock at BEGIN, so a conflict with another
 	// process surfaces here (after busy_timeout) instead of at the first
 	// write, halfway through a batch.
@@ -181,7 +185,7 @@ func rangeSQL(historical, open, keysOnly, count bool) statement {
 	}
 	cols := "SELECT COUNT(*)"
 	if !count {
-		cols = "SELECT t.key, t.create_rev, t.rev, t.version, t.lease"
+		cols = "SELECT t.key, t.create_rev, t.id >> 20, t.version, t.lease"
 		if !keysOnly {
 			cols += ", v.value"
 		}
@@ -189,7 +193,7 @@ func rangeSQL(historical, open, keysOnly, count bool) statement {
 	if !historical {
 		b.WriteString(strings.ReplaceAll(cols, "v.value", "kv.value") + " FROM live AS t")
 		if !keysOnly {
-			b.WriteString(" CROSS JOIN kv ON kv.rev = t.rev AND kv.sub = t.sub")
+			b.WriteString(" CROSS JOIN kv ON kv.id = t.id")
 		}
 		b.WriteString(" WHERE t.key >= ?")
 		params = append(params, pFrom)
@@ -207,8 +211,8 @@ func rangeSQL(historical, open, keysOnly, count bool) statement {
 	upper("key")
 	b.WriteString(" ORDER BY key LIMIT 1) FROM k WHERE k.key IS NOT NULL) ")
 	b.WriteString(strings.ReplaceAll(cols, "v.value", "t.value"))
-	b.WriteString(` FROM k CROSS JOIN kv AS t ON t.rowid = (SELECT h.rowid FROM kv AS h
-		WHERE h.key = k.key AND h.rev <= ? ORDER BY h.rev DESC, h.sub DESC LIMIT 1)
+	b.WriteString(` FROM k CROSS JOIN kv AS t ON t.id = (SELECT h.id FROM kv AS h
+		WHERE h.key = k.key AND h.id <= ? ORDER BY h.id DESC LIMIT 1)
 		WHERE t.deleted = 0`)
 	params = append(params, pRev)
 	if !count {
@@ -218,19 +222,19 @@ func rangeSQL(historical, open, keysOnly, count bool) statement {
 	return statement{sql: b.String(), params: params}
 }
 
-// changesSQL reads the log in (rev, sub) order. The previous row of each
-// change is one backwards seek in kv_key_rev; a previous tombstone counts as
-// no previous row, as a key that did not exist has no prev_kv in etcd.
+// changesSQL reads the log in id order, that is (rev, sub) order, between
+// two ids. The previous row of each change is one backwards seek in kv_key;
+// a previous tombstone counts as no previous row, as a key that did not
+// exist has no prev_kv in etcd.
 func changesSQL(withPrev bool) string {
-	const cols = `SELECT c.rev, c.sub, c.key, c.create_rev, c.version, c.lease, c.deleted, c.value`
+	const cols = `SELECT c.id, c.key, c.create_rev, c.version, c.lease, c.deleted, c.value`
 	if !withPrev {
-		return cols + ` FROM kv AS c WHERE c.rev >= ? AND c.rev <= ? ORDER BY c.rev, c.sub LIMIT ?`
+		return cols + ` FROM kv AS c WHERE c.id >= ? AND c.id <= ? ORDER BY c.id LIMIT ?`
 	}
-	return cols + `, IFNULL(p.rev, 0), IFNULL(p.create_rev, 0), IFNULL(p.version, 0),
+	return cols + `, IFNULL(p.id >> 20, 0), IFNULL(p.create_rev, 0), IFNULL(p.version, 0),
 		IFNULL(p.lease, 0), p.value
-		FROM kv AS c LEFT JOIN kv AS p ON p.rowid = (SELECT h.rowid FROM kv AS h
-			WHERE h.key = c.key AND (h.rev, h.sub) < (c.rev, c.sub)
-			ORDER BY h.rev DESC, h.sub DESC LIMIT 1)
+		FROM kv AS c LEFT JOIN kv AS p ON p.id = (SELECT h.id FROM kv AS h
+			WHERE h.key = c.key AND h.id < c.id ORDER BY h.id DESC LIMIT 1)
 			AND p.deleted = 0
-		WHERE c.rev >= ? AND c.rev <= ? ORDER BY c.rev, c.sub LIMIT ?`
+		WHERE c.id >= ? AND c.id <= ? ORDER BY c.id LIMIT ?`
 }

@@ -119,7 +119,7 @@ func (r *reader) rangeArgs(id stmtID, from, to []byte, rev, limit int64) []any {
 		case pTo:
 			args[i] = to
 		case pRev:
-			args[i] = rev
+			args[i] = lastID(rev)
 		case pLimit:
 			args[i] = limit
 		}
@@ -224,7 +224,7 @@ func (r *reader) Changes(ctx context.Context, fromRev, toRev int64, limit int, w
 	if lim <= 0 {
 		lim = -1
 	}
-	rows, err := r.query(ctx, id, fromRev, toRev, lim)
+	rows, err := r.query(ctx, id, firstID(fromRev), lastID(toRev), lim)
 	if err != nil {
 		return nil, r.fail("read changes", err)
 	}
@@ -233,11 +233,12 @@ func (r *reader) Changes(ctx context.Context, fromRev, toRev int64, limit int, w
 	for rows.Next() {
 		var (
 			c       mvcc.Change
+			rowID   int64
 			deleted bool
 			kv      = &mvccpb.KeyValue{}
 			prev    = &mvccpb.KeyValue{}
 		)
-		dest := []any{&kv.ModRevision, &c.Sub, &kv.Key, &kv.CreateRevision, &kv.Version,
+		dest := []any{&rowID, &kv.Key, &kv.CreateRevision, &kv.Version,
 			&kv.Lease, &deleted, &kv.Value}
 		if withPrev {
 			dest = append(dest, &prev.ModRevision, &prev.CreateRevision, &prev.Version,
@@ -246,6 +247,7 @@ func (r *reader) Changes(ctx context.Context, fromRev, toRev int64, limit int, w
 		if err := rows.Scan(dest...); err != nil {
 			return nil, r.fail("read changes: scan", err)
 		}
+		kv.ModRevision, c.Sub = revOf(rowID), subOf(rowID)
 		if deleted {
 			kv = &mvccpb.KeyValue{Key: kv.Key, ModRevision: kv.ModRevision}
 		}

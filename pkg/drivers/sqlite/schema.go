@@ -8,53 +8,49 @@ import (
 )
 
 // schemaVersion is stored in meta so that a file written by an incompatible
-// kite is refused instead of misread.
-const schemaVersion = 1
+// kite is refused instead of misread. Version 2 keys the log by position
+// (ids.go); version 1 files (kv keyed by (rev, sub)) are refused, not
+// migrated.
+const schemaVersion = 2
 
 // schema is the revision log and its indexes.
 //
-//   - kv is the log, one row per key change, a rowid table in (rev, sub)
-//     order. deleted sits before value so that reading the flag of a row
-//     with a large value never walks the value's overflow pages.
-//   - kv_key_rev serves historical reads: per key, the newest row at or
-//     below a revision is one index seek. sub is part of it because one
-//     revision may hold two rows of a key: a txn can delete a key through a
-//     from-key range and put it again (etcd's duplicate check allows it).
+//   - kv is the log, one row per key change, keyed by its position id
+//     (rev<<20 | sub, see ids.go): the rowid, so the log is a single B-tree
+//     appended at its right edge, and revision order is id order. deleted
+//     sits before value so that reading the flag of a row with a large value
+//     never walks the value's overflow pages.
+//   - kv_key serves historical reads and previous rows: an index on key
+//     carries the rowid, so it is ordered by (key, rev, sub) and the newest
+//     row of a key at or below a revision is one seek. One revision may hold
+//     two rows of a key (a txn can delete a key through a from-key range and
+//     put it again); their ids differ by sub.
 //   - live holds the newest non-tombstone row of each key without its value,
 //     so latest reads, counts and keys-only ranges never touch the log; its
-//     (rev, sub) finds the value by the log's primary key.
+//     id finds the value with one rowid seek.
 //   - live_leased serves LeaseKeys; a WITHOUT ROWID secondary index already
 //     carries the key, so its order is (lease, key). It is partial: keys
 //     without a lease (most of them) are not in it, so a put of such a key
-//     does not write a page of it. live_lease, its full predecessor, is
-//     dropped; the files stay readable by either version.
+//     does not write a page of it.
 var schema = []string{
 	`CREATE TABLE IF NOT EXISTS kv (
-		rev        INTEGER NOT NULL,
-		sub        INTEGER NOT NULL,
+		id         INTEGER NOT NULL PRIMARY KEY,
 		key        BLOB    NOT NULL,
 		create_rev INTEGER NOT NULL,
 		version    INTEGER NOT NULL,
 		lease      INTEGER NOT NULL,
 		deleted    INTEGER NOT NULL,
-		value      BLOB    NOT NULL,
-		PRIMARY KEY (rev, sub)
+		value      BLOB    NOT NULL
 	)`,
-	`CREATE UNIQUE INDEX IF NOT EXISTS kv_key_rev ON kv (key, rev, sub)`,
+	`CREATE INDEX IF NOT EXISTS kv_key ON kv (key)`,
 	`CREATE TABLE IF NOT EXISTS live (
 		key        BLOB    NOT NULL PRIMARY KEY,
-		rev        INTEGER NOT NULL,
-		sub        INTEGER NOT NULL,
+		id         INTEGER NOT NULL,
 		create_rev INTEGER NOT NULL,
 		version    INTEGER NOT NULL,
 		lease      INTEGER NOT NULL
 	) WITHOUT ROWID`,
-	`DROP INDEX IF EXISTS live_lease`,
 	`CREATE INDEX IF NOT EXISTS live_leased ON live (lease) WHERE lease != 0`,
-	`CREATE TABLE IF NOT EXISTS meta (
-		name  TEXT    NOT NULL PRIMARY KEY,
-		value INTEGER NOT NULL
-	) WITHOUT ROWID`,
 	`CREATE TABLE IF NOT EXISTS lease (
 		id  INTEGER NOT NULL PRIMARY KEY,
 		ttl INTEGER NOT NULL
@@ -66,6 +62,13 @@ var schema = []string{
 		PRIMARY KEY (member, type)
 	) WITHOUT ROWID`,
 }
+
+// metaTable is the same in every schema version: it is created first, and
+// the stored version read, before anything else is touched.
+const metaTable = `CREATE TABLE IF NOT EXISTS meta (
+		name  TEXT    NOT NULL PRIMARY KEY,
+		value INTEGER NOT NULL
+	) WITHOUT ROWID`
 
 // initMeta gives a new database its revisions and schema version; on an
 // existing one it changes nothing.
@@ -86,6 +89,20 @@ func migrate(ctx context.Context, conn *sql.Conn) (err error) {
 			err = errors.Join(err, rbErr)
 		}
 	}()
+	if _, err := conn.ExecContext(ctx, metaTable); err != nil {
+		return fmt.Errorf("create schema: %w", err)
+	}
+	var v int64
+	err = conn.QueryRowContext(ctx, `SELECT value FROM meta WHERE name = 'schema_version'`).Scan(&v)
+	switch {
+	case errors.Is(err, sql.ErrNoRows): // a new database
+		err = nil
+	case err != nil:
+		return fmt.Errorf("read schema version: %w", err)
+	case v != schemaVersion:
+		return fmt.Errorf("database schema version %d, this kite reads version %d only "+
+			"(no migration: copy the keys with an etcd client from a kite of the file's version)", v, schemaVersion)
+	}
 	for _, stmt := range schema {
 		if _, err := conn.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("create schema: %w", err)
@@ -93,14 +110,6 @@ func migrate(ctx context.Context, conn *sql.Conn) (err error) {
 	}
 	if _, err := conn.ExecContext(ctx, initMeta, schemaVersion); err != nil {
 		return fmt.Errorf("initialise meta: %w", err)
-	}
-	var v int64
-	err = conn.QueryRowContext(ctx, `SELECT value FROM meta WHERE name = 'schema_version'`).Scan(&v)
-	if err != nil {
-		return fmt.Errorf("read schema version: %w", err)
-	}
-	if v != schemaVersion {
-		return fmt.Errorf("database schema version %d, this kite reads version %d", v, schemaVersion)
 	}
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 		return fmt.Errorf("commit schema: %w", err)

@@ -61,11 +61,15 @@ func (w *writeTx) raise(rev int64) {
 // Put implements mvcc.WriteTx.
 func (w *writeTx) Put(ctx context.Context, kv *mvccpb.KeyValue, sub int64) error {
 	key, value := nonNil(kv.Key), nonNil(kv.Value)
-	if _, err := w.exec(ctx, "put: append row", qInsertPut, kv.ModRevision, sub, key,
+	id, err := rowID(kv.ModRevision, sub)
+	if err != nil {
+		return w.fail("put", err)
+	}
+	if _, err := w.exec(ctx, "put: append row", qInsertPut, id, key,
 		kv.CreateRevision, kv.Version, kv.Lease, value); err != nil {
 		return err
 	}
-	if _, err := w.exec(ctx, "put: update live index", qUpsertLive, key, kv.ModRevision, sub,
+	if _, err := w.exec(ctx, "put: update live index", qUpsertLive, key, id,
 		kv.CreateRevision, kv.Version, kv.Lease); err != nil {
 		return err
 	}
@@ -76,7 +80,11 @@ func (w *writeTx) Put(ctx context.Context, kv *mvccpb.KeyValue, sub int64) error
 // Delete implements mvcc.WriteTx.
 func (w *writeTx) Delete(ctx context.Context, key []byte, rev, sub int64) error {
 	key = nonNil(key)
-	if _, err := w.exec(ctx, "delete: append tombstone", qInsertTombstone, rev, sub, key); err != nil {
+	id, err := rowID(rev, sub)
+	if err != nil {
+		return w.fail("delete", err)
+	}
+	if _, err := w.exec(ctx, "delete: append tombstone", qInsertTombstone, id, key); err != nil {
 		return err
 	}
 	if _, err := w.exec(ctx, "delete: update live index", qDeleteLive, key); err != nil {
@@ -131,7 +139,7 @@ func (w *writeTx) DeleteAlarm(ctx context.Context, a *pb.AlarmMember) error {
 // the log, from the oldest: a row kept by an earlier compaction because it
 // was live then is superseded now.
 func (w *writeTx) CompactBatch(ctx context.Context, compacted, fromRev, toRev int64) (int64, error) {
-	return w.exec(ctx, "compact", qCompact, fromRev, toRev, compacted)
+	return w.exec(ctx, "compact", qCompact, firstID(fromRev), lastID(toRev), lastID(compacted))
 }
 
 // Commit implements mvcc.WriteTx. On failure it rolls back, so the
