@@ -41,7 +41,11 @@ func (w *writeTx) exec(ctx context.Context, what string, id stmtID, args ...any)
 	if w.done {
 		return 0, fmt.Errorf("%s: write transaction already ended", what)
 	}
-	res, err := w.stmts[id].ExecContext(ctx, args...)
+	sctx, err := w.stmtCtx(ctx)
+	if err != nil {
+		return 0, w.fail(what, err)
+	}
+	res, err := w.stmts[id].ExecContext(sctx, args...)
 	if err != nil {
 		return 0, w.fail(what, err)
 	}
