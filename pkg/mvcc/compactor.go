@@ -67,7 +67,8 @@ func (c *compactor) wait(ctx context.Context, rev int64) error {
 // history cost one index probe, not one step per revision.
 func (c *compactor) loop(ctx context.Context) {
 	defer c.s.wg.Done()
-	var walk, from int64 // target of the current walk and its cursor
+	// The target of the current walk and its cursor; nothing to walk yet.
+	walk, from := int64(0), int64(1)
 	for {
 		c.mu.Lock()
 		target, done := c.target, c.done

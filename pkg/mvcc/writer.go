@@ -2,6 +2,7 @@ package mvcc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -130,9 +131,20 @@ func (s *Store) runMaintenance(p *pending) {
 
 // applyBatch applies batch in one transaction. A storage failure fails every
 // request of the batch and leaves no trace: the transaction rolls back and
-// neither the revision counter nor the lessor moved.
+// neither the revision counter nor the lessor moved. When the failure came
+// from applying one request (a driver limit such as the changes one revision
+// can hold), not from the commit, each request is applied again in a
+// transaction of its own, so only the request that cannot be stored fails.
 func (s *Store) applyBatch(batch []*pending) {
 	revs, err := s.applyAndCommit(batch)
+	var applyErr *applyError
+	if err != nil && len(batch) > 1 && errors.As(err, &applyErr) {
+		for _, p := range batch {
+			p.err, p.resp = nil, nil
+			s.applyBatch([]*pending{p})
+		}
+		return
+	}
 	if err != nil {
 		s.log.Error("write batch failed", "requests", len(batch), "err", err)
 		for _, p := range batch {
@@ -177,7 +189,7 @@ func (s *Store) applyAndCommit(batch []*pending) ([]committed, error) {
 				continue
 			}
 			_ = tx.Rollback()
-			return nil, err
+			return nil, &applyError{err}
 		}
 		p.resp = res.resp
 		leases.record(res)
@@ -213,3 +225,10 @@ func (s *Store) applyAndCommit(batch []*pending) ([]committed, error) {
 	}
 	return revs, nil
 }
+
+// applyError is a storage error raised while applying one request, as
+// opposed to beginning or committing the batch's transaction.
+type applyError struct{ err error }
+
+func (e *applyError) Error() string { return e.err.Error() }
+func (e *applyError) Unwrap() error { return e.err }
