@@ -24,7 +24,7 @@ import (
 // into one batch), a key whose Put fails, and commits that fail.
 type faultyBackend struct {
 	mvcc.Backend
-	gate   chan struct{} // when non-nil, BeginWrite waits for it to close
+	gate   atomic.Pointer[chan struct{}] // when set, BeginWrite waits for it to close
 	poison []byte
 	// commits counts commits; the one numbered failCommit fails.
 	commits, failCommit atomic.Int32
@@ -33,8 +33,8 @@ type faultyBackend struct {
 var errInjected = errors.New("injected storage failure")
 
 func (f *faultyBackend) BeginWrite(ctx context.Context) (mvcc.WriteTx, error) {
-	if f.gate != nil {
-		<-f.gate
+	if g := f.gate.Load(); g != nil {
+		<-*g
 	}
 	tx, err := f.Backend.BeginWrite(ctx)
 	if err != nil {
@@ -84,7 +84,8 @@ func openFaulty(t *testing.T) (*mvcc.Store, *faultyBackend) {
 // It returns each put's revision or error.
 func putAll(t *testing.T, s *mvcc.Store, f *faultyBackend, n int) ([]int64, []error) {
 	t.Helper()
-	f.gate = make(chan struct{})
+	gate := make(chan struct{})
+	f.gate.Store(&gate)
 	revs, errs := make([]int64, n), make([]error, n)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -107,9 +108,9 @@ func putAll(t *testing.T, s *mvcc.Store, f *faultyBackend, n int) ([]int64, []er
 		}()
 	}
 	waitQueued(n)
-	close(f.gate)
+	close(gate)
 	wg.Wait()
-	f.gate = nil
+	f.gate.Store(nil)
 	return revs, errs
 }
 
