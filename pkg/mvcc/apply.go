@@ -99,15 +99,6 @@ func (a *applier) readRev() int64 {
 	return a.current
 }
 
-// beforeWrite runs before the request's first change. The stored current
-// revision is not moved here but once per batch, just before the commit
-// (applyAndCommit): reads inside the batch never take it from storage, the
-// applier knows its revision, and a driver serves reads at a revision it has
-// written rows at from its live-key index (WriteTx).
-func (a *applier) beforeWrite() error {
-	return nil
-}
-
 // checkPut validates a put against the state before the request and returns
 // the key's previous row (needed for ignore_value, ignore_lease and prev_kv).
 func (a *applier) checkPut(p *pb.PutRequest) (*mvccpb.KeyValue, error) {
@@ -134,9 +125,6 @@ func (a *applier) applyPut(p *pb.PutRequest) (*pb.PutResponse, error) {
 
 // put writes a put whose checks have passed.
 func (a *applier) put(p *pb.PutRequest, prev *mvccpb.KeyValue) (*pb.PutResponse, error) {
-	if err := a.beforeWrite(); err != nil {
-		return nil, err
-	}
 	rev := a.current + 1
 	kv := &mvccpb.KeyValue{Key: p.Key, Value: p.Value, Lease: p.Lease, ModRevision: rev, CreateRevision: rev, Version: 1}
 	if prev != nil {
@@ -182,9 +170,6 @@ func (a *applier) applyDeleteRange(d *pb.DeleteRangeRequest) (*pb.DeleteRangeRes
 func (a *applier) deleteKVs(kvs []*mvccpb.KeyValue) error {
 	if len(kvs) == 0 {
 		return nil
-	}
-	if err := a.beforeWrite(); err != nil {
-		return err
 	}
 	rev := a.current + 1
 	a.deleted = true
