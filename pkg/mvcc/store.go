@@ -17,9 +17,6 @@ import (
 
 // Config tunes a Store. Zero values take etcd's defaults.
 type Config struct {
-	// MaxTxnOps bounds the operations of one txn (etcd --max-txn-ops, 128).
-	// Validation happens in pkg/server; the store keeps it for reference.
-	MaxTxnOps int
 	// QuotaBackendBytes raises the NOSPACE alarm when the database would
 	// grow past it (etcd --quota-backend-bytes; 0: 2 GiB; negative: none).
 	QuotaBackendBytes int64
@@ -40,9 +37,6 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.MaxTxnOps == 0 {
-		c.MaxTxnOps = 128
-	}
 	if c.QuotaBackendBytes == 0 {
 		c.QuotaBackendBytes = 2 << 30
 	}

@@ -85,7 +85,6 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("open sqlite backend %s: %w", dbPath, err)
 	}
 	s.store, err = mvcc.Open(ctx, s.backend, mvcc.Config{
-		MaxTxnOps:              cfg.MaxTxnOps,
 		QuotaBackendBytes:      cfg.QuotaBackendBytes,
 		ProgressNotifyInterval: cfg.WatchProgressNotifyInterval,
 		Logger:                 log.With("component", "mvcc"),
