@@ -74,6 +74,9 @@ type Store struct {
 	quota     *quota
 	compactor *compactor
 	hub       *watchHub
+	// pageCounts spares each page of a paginated list a count of the rest
+	// of its range.
+	pageCounts *pageCounts
 
 	ctx       context.Context // ends at Close; every goroutine watches it
 	cancel    context.CancelFunc
@@ -95,6 +98,8 @@ func Open(ctx context.Context, b Backend, cfg Config) (*Store, error) {
 		lessor: newLessor(time.Now),
 		quota:  &quota{limit: cfg.QuotaBackendBytes, b: b},
 		stopc:  make(chan struct{}),
+
+		pageCounts: newPageCounts(),
 	}
 	current, compacted, leases, alarms, err := s.load(ctx)
 	if err != nil {
@@ -210,7 +215,16 @@ func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount boo
 		return nil, err
 	}
 	defer tx.Rollback()
-	return executeRange(ctx, tx, r, current, compacted, withCount)
+	if !withCount {
+		return executeRange(ctx, tx, r, current, compacted, false)
+	}
+	resp, err := executeRange(ctx, countingTx{ReadTx: tx, counts: s.pageCounts}, r, current, compacted, true)
+	if err != nil {
+		return nil, err
+	}
+	rev, _ := checkRevision(r.Revision, current, compacted) // executeRange has accepted it
+	s.pageCounts.rememberNextPage(r, resp, rev)
+	return resp, nil
 }
 
 // Put, DeleteRange and Txn go through the group-committed write path.

@@ -1,0 +1,104 @@
+package mvcc
+
+import (
+	"context"
+	"encoding/binary"
+	"sync"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+)
+
+// pageCounts remembers the total of a paginated list for its next page.
+//
+// A paginated list (kube-apiserver's, etcdctl's) asks for limit keys of
+// [key, end) at revision rev, then for [lastKey+"\x00", end) at the same rev,
+// and every answer must carry the count of its whole remaining range. Counting
+// that again for each page walks the rest of the range each time: quadratic in
+// the list's length, and the largest single cost of a long list after the rows
+// themselves. But the keys of a range at a revision never change (a read below
+// the compacted revision fails before it gets here), so once a page of limit
+// keys out of count is served, the next page's count is count-limit. Entries
+// are facts about a fixed revision, so they never go stale; the cache is only
+// bounded, oldest entry out first.
+type pageCounts struct {
+	mu    sync.Mutex
+	byKey map[string]int64
+	order []string // insertion order, for eviction
+	next  int      // slot of order to overwrite next once full
+}
+
+const (
+	pageCountEntries = 512
+	// pageCountMaxKey keeps a few huge keys from pinning much memory.
+	pageCountMaxKey = 4 << 10
+)
+
+func newPageCounts() *pageCounts {
+	return &pageCounts{byKey: make(map[string]int64, pageCountEntries)}
+}
+
+func pageCountKey(rev int64, key, end []byte) string {
+	b := make([]byte, 0, 8+binary.MaxVarintLen64+len(key)+len(end))
+	b = binary.BigEndian.AppendUint64(b, uint64(rev))
+	b = binary.AppendUvarint(b, uint64(len(key)))
+	b = append(b, key...)
+	return string(append(b, end...))
+}
+
+func (c *pageCounts) get(rev int64, key, end []byte) (int64, bool) {
+	k := pageCountKey(rev, key, end)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.byKey[k]
+	return n, ok
+}
+
+func (c *pageCounts) put(rev int64, key, end []byte, n int64) {
+	if len(key)+len(end) > pageCountMaxKey {
+		return
+	}
+	k := pageCountKey(rev, key, end)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.byKey[k]; ok {
+		return
+	}
+	if len(c.order) < pageCountEntries {
+		c.order = append(c.order, k)
+	} else {
+		delete(c.byKey, c.order[c.next])
+		c.order[c.next] = k
+		c.next = (c.next + 1) % pageCountEntries
+	}
+	c.byKey[k] = n
+}
+
+// rememberNextPage records the count of the page after resp, when resp is a
+// page of exactly r.Limit keys taken in key order from the start of
+// [r.Key, end) at rev: the only shape whose next page's count follows from
+// this one's.
+func (c *pageCounts) rememberNextPage(r *pb.RangeRequest, resp *pb.RangeResponse, rev int64) {
+	if !resp.More || r.CountOnly || r.Limit <= 0 || int64(len(resp.Kvs)) != r.Limit ||
+		!defaultOrdering(r.SortTarget, r.SortOrder) || hasRevisionFilters(r) || resp.Count < r.Limit {
+		return
+	}
+	last := resp.Kvs[len(resp.Kvs)-1].Key
+	next := append(append(make([]byte, 0, len(last)+1), last...), 0)
+	c.put(rev, next, rangeEnd(r.RangeEnd), resp.Count-r.Limit)
+}
+
+// countingTx answers Count from pageCounts when it can, and from the
+// transaction otherwise.
+type countingTx struct {
+	ReadTx
+	counts *pageCounts
+}
+
+func (t countingTx) Count(ctx context.Context, key, end []byte, rev int64) (int64, error) {
+	if n, ok := t.counts.get(rev, key, end); ok {
+		return n, nil
+	}
+	return t.ReadTx.Count(ctx, key, end, rev)
+}
+
+var _ rangeReader = countingTx{}
