@@ -88,17 +88,19 @@ func (c *pageCounts) rememberNextPage(r *pb.RangeRequest, resp *pb.RangeResponse
 }
 
 // countingTx answers Count from pageCounts when it can, and from the
-// transaction otherwise.
+// transaction otherwise. hit records that it could.
 type countingTx struct {
 	ReadTx
 	counts *pageCounts
+	hit    bool
 }
 
-func (t countingTx) Count(ctx context.Context, key, end []byte, rev int64) (int64, error) {
+func (t *countingTx) Count(ctx context.Context, key, end []byte, rev int64) (int64, error) {
 	if n, ok := t.counts.get(rev, key, end); ok {
+		t.hit = true
 		return n, nil
 	}
 	return t.ReadTx.Count(ctx, key, end, rev)
 }
 
-var _ rangeReader = countingTx{}
+var _ rangeReader = (*countingTx)(nil)

@@ -77,6 +77,7 @@ type Store struct {
 	// pageCounts spares each page of a paginated list a count of the rest
 	// of its range.
 	pageCounts *pageCounts
+	readAhead  *readAhead
 
 	ctx       context.Context // ends at Close; every goroutine watches it
 	cancel    context.CancelFunc
@@ -101,6 +102,7 @@ func Open(ctx context.Context, b Backend, cfg Config) (*Store, error) {
 
 		pageCounts: newPageCounts(),
 	}
+	s.readAhead = newReadAhead(s)
 	current, compacted, leases, alarms, err := s.load(ctx)
 	if err != nil {
 		return nil, err
@@ -210,21 +212,47 @@ func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount boo
 	if len(r.RangeEnd) == 0 && r.Revision == 0 && !r.CountOnly {
 		return s.getLatest(ctx, r)
 	}
-	tx, current, compacted, err := s.snapshot(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback()
 	if !withCount {
+		tx, current, compacted, err := s.snapshot(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer tx.Rollback()
 		return executeRange(ctx, tx, r, current, compacted, false)
 	}
-	resp, err := executeRange(ctx, countingTx{ReadTx: tx, counts: s.pageCounts}, r, current, compacted, true)
+	// A page read ahead holds the rows at r.Revision, which never change;
+	// only a compaction since can make the answer an error instead.
+	if resp := s.readAhead.take(ctx, r); resp != nil && r.Revision >= s.compacted.Load() {
+		resp.Header.Revision = s.current.Load()
+		s.readAhead.follow(r, resp)
+		return resp, nil
+	}
+	resp, continued, err := s.readPage(ctx, r)
 	if err != nil {
 		return nil, err
+	}
+	if continued {
+		s.readAhead.follow(r, resp)
+	}
+	return resp, nil
+}
+
+// readPage answers a Range from a fresh snapshot, counting through
+// pageCounts. continued reports that r continues a paginated list (its count
+// was known from the previous page).
+func (s *Store) readPage(ctx context.Context, r *pb.RangeRequest) (resp *pb.RangeResponse, continued bool, err error) {
+	tx, current, compacted, err := s.snapshot(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	defer tx.Rollback()
+	ctr := &countingTx{ReadTx: tx, counts: s.pageCounts}
+	if resp, err = executeRange(ctx, ctr, r, current, compacted, true); err != nil {
+		return nil, false, err
 	}
 	rev, _ := checkRevision(r.Revision, current, compacted) // executeRange has accepted it
 	s.pageCounts.rememberNextPage(r, resp, rev)
-	return resp, nil
+	return resp, ctr.hit, nil
 }
 
 // Put, DeleteRange and Txn go through the group-committed write path.
@@ -429,6 +457,7 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.cancel()
 		close(s.stopc)
+		s.readAhead.close()
 		s.wg.Wait()
 		s.hub.close()
 	})

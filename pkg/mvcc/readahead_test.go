@@ -1,0 +1,112 @@
+package mvcc_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kite-db/kite/pkg/mvcc"
+)
+
+// rangeInTxn reads r through a read-only Txn, a path that neither reads
+// ahead nor remembers counts: the oracle for the paginated reads below.
+func rangeInTxn(t *testing.T, s *mvcc.Store, r *pb.RangeRequest) *pb.RangeResponse {
+	t.Helper()
+	resp, err := s.Txn(context.Background(), &pb.TxnRequest{Success: []*pb.RequestOp{
+		{Request: &pb.RequestOp_RequestRange{RequestRange: r}}}})
+	if err != nil {
+		t.Fatalf("txn range: %v", err)
+	}
+	return resp.Responses[0].GetResponseRange()
+}
+
+// TestStore_ReadAheadPagesMatchFreshReads pages through a range at a fixed
+// revision while it changes, and checks every page, most of them read
+// ahead, against a fresh read of the same request.
+func TestStore_ReadAheadPagesMatchFreshReads(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, t.TempDir(), mvcc.Config{})
+	for i := range 100 {
+		put(t, s, fmt.Sprintf("/r/%03d", i), fmt.Sprintf("v%d", i), 0)
+	}
+	atRev, _ := s.Revisions()
+
+	pages := 0
+	before := mvcc.ReadAheadHits(s)
+	key := []byte("/r/")
+	for {
+		r := &pb.RangeRequest{Key: key, RangeEnd: []byte("/r0"), Revision: atRev, Limit: 7}
+		resp, err := s.Range(ctx, r)
+		if err != nil {
+			t.Fatalf("page %d: %v", pages, err)
+		}
+		pages++
+		// Changes after atRev, between pages: none may show.
+		put(t, s, fmt.Sprintf("/r/%03d", 99-pages), "changed", 0)
+		put(t, s, fmt.Sprintf("/r/%03d-new", pages), "new", 0)
+		want := rangeInTxn(t, s, &pb.RangeRequest{Key: key, RangeEnd: []byte("/r0"), Revision: atRev, Limit: 7})
+		if resp.Header.Revision < atRev {
+			t.Fatalf("page %d: header revision %d below the read revision %d", pages, resp.Header.Revision, atRev)
+		}
+		resp.Header, want.Header = nil, nil
+		if !proto.Equal(resp, want) {
+			t.Fatalf("page %d from %q:\n got %v\nwant %v", pages, key, resp, want)
+		}
+		if !resp.More {
+			break
+		}
+		key = append(append([]byte{}, resp.Kvs[len(resp.Kvs)-1].Key...), 0)
+	}
+	// The first two pages start the chain; every later one was read ahead.
+	if hits := mvcc.ReadAheadHits(s) - before; hits != int64(pages-2) {
+		t.Fatalf("%d of %d pages were read ahead, want %d", hits, pages, pages-2)
+	}
+
+	// A request that differs from the page read ahead (here its limit) is
+	// read afresh.
+	r := &pb.RangeRequest{Key: []byte("/r/"), RangeEnd: []byte("/r0"), Revision: atRev, Limit: 10}
+	for range 2 {
+		resp, err := s.Range(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = &pb.RangeRequest{Key: append(append([]byte{}, resp.Kvs[len(resp.Kvs)-1].Key...), 0),
+			RangeEnd: []byte("/r0"), Revision: atRev, Limit: 10}
+	}
+	hits := mvcc.ReadAheadHits(s)
+	r.Limit = 11
+	resp, err := s.Range(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mvcc.ReadAheadHits(s) != hits || len(resp.Kvs) != 11 {
+		t.Fatalf("a page with another limit was answered from read-ahead (%d keys)", len(resp.Kvs))
+	}
+
+	// A compaction past the revision turns a page read ahead into
+	// ErrCompacted, as a fresh read would answer.
+	r = &pb.RangeRequest{Key: []byte("/r/"), RangeEnd: []byte("/r0"), Revision: atRev, Limit: 10}
+	for range 2 {
+		resp, err := s.Range(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = &pb.RangeRequest{Key: append(append([]byte{}, resp.Kvs[len(resp.Kvs)-1].Key...), 0),
+			RangeEnd: []byte("/r0"), Revision: atRev, Limit: 10}
+	}
+	now, _ := s.Revisions()
+	if _, err := s.Compact(ctx, &pb.CompactionRequest{Revision: now}); err != nil {
+		t.Fatal(err)
+	}
+	hits = mvcc.ReadAheadHits(s)
+	if _, err := s.Range(ctx, r); !errors.Is(err, mvcc.ErrCompacted) {
+		t.Fatalf("page at a compacted revision: err %v, want ErrCompacted", err)
+	}
+	if mvcc.ReadAheadHits(s) != hits+1 {
+		t.Fatalf("the page after the compaction was not read ahead; the check above proved nothing")
+	}
+}
