@@ -44,9 +44,22 @@ type aheadPage struct {
 	resp    *pb.RangeResponse // nil if the read failed
 	bytes   int64
 	expires time.Time
+	chain   *chain
+}
+
+// chain is one client's walk through a range: the newest page read (or
+// served), and how many pages are read ahead of the client. Pages are read
+// one after the other, up to readAheadDepth ahead, so the read of page n+2
+// overlaps the transfer of page n+1.
+type chain struct {
+	last     *pb.RangeRequest
+	lastResp *pb.RangeResponse
+	lead     int  // pages read ahead and not yet taken, the one in flight included
+	running  bool // a read of this chain is in flight
 }
 
 const (
+	readAheadDepth      = 2
 	readAheadMaxPages   = 16
 	readAheadMaxBytes   = 64 << 20
 	readAheadMaxRunning = 2
@@ -94,17 +107,21 @@ func (ra *readAhead) take(ctx context.Context, r *pb.RangeRequest) *pb.RangeResp
 	if !ok {
 		return nil
 	}
+	var served bool
 	select {
 	case <-p.done:
+		served = true
 	case <-ctx.Done():
-		return nil
 	}
 	ra.mu.Lock()
+	defer ra.mu.Unlock()
 	ra.bytes -= p.bytes
-	if p.resp != nil {
-		ra.hits++
+	if !served || p.resp == nil {
+		return nil
 	}
-	ra.mu.Unlock()
+	ra.hits++
+	p.chain.lead--
+	ra.advanceLocked(p.chain)
 	return p.resp
 }
 
@@ -129,20 +146,31 @@ func next(r *pb.RangeRequest, resp *pb.RangeResponse) *pb.RangeRequest {
 	return n
 }
 
-// follow starts reading the page after resp (the answer to r) if r is part
-// of a chain, there is room, and the client has more to read.
+// follow starts a chain after resp, the answer to r, read afresh: r
+// continues a paginated list, so the client will likely ask for the next
+// pages.
 func (ra *readAhead) follow(r *pb.RangeRequest, resp *pb.RangeResponse) {
-	if !followable(r) || !resp.More || len(resp.Kvs) == 0 {
+	if !followable(r) {
+		return
+	}
+	ra.mu.Lock()
+	defer ra.mu.Unlock()
+	ra.advanceLocked(&chain{last: r, lastResp: resp})
+}
+
+// advanceLocked reads c's next page if c is not already reading, is less
+// than readAheadDepth pages ahead, has more to read, and there is room.
+func (ra *readAhead) advanceLocked(c *chain) {
+	if c.running || c.lead >= readAheadDepth || !c.lastResp.More || len(c.lastResp.Kvs) == 0 || ra.closed {
 		return
 	}
 	var size int64
-	for _, kv := range resp.Kvs {
+	for _, kv := range c.lastResp.Kvs {
 		size += int64(len(kv.Key) + len(kv.Value))
 	}
-	n := next(r, resp)
+	n := next(c.last, c.lastResp)
 	k := aheadKey(n)
 	now := time.Now()
-	ra.mu.Lock()
 	for pk, p := range ra.pages {
 		select {
 		case <-p.done:
@@ -153,31 +181,34 @@ func (ra *readAhead) follow(r *pb.RangeRequest, resp *pb.RangeResponse) {
 		default:
 		}
 	}
-	_, dup := ra.pages[k]
-	if dup || ra.closed || ra.running >= readAheadMaxRunning || len(ra.pages) >= readAheadMaxPages ||
-		ra.bytes+size > readAheadMaxBytes {
-		ra.mu.Unlock()
+	if _, dup := ra.pages[k]; dup || ra.running >= readAheadMaxRunning ||
+		len(ra.pages) >= readAheadMaxPages || ra.bytes+size > readAheadMaxBytes {
 		return
 	}
-	// The next page is about as large as this one; its real size replaces
-	// the estimate once it is read.
-	p := &aheadPage{done: make(chan struct{}), bytes: size, expires: now.Add(readAheadTTL)}
+	// The next page is about as large as this one.
+	p := &aheadPage{done: make(chan struct{}), bytes: size, expires: now.Add(readAheadTTL), chain: c}
 	ra.pages[k] = p
 	ra.bytes += size
 	ra.running++
+	c.lead++
+	c.running = true
 	ra.s.wg.Add(1)
-	ra.mu.Unlock()
 
 	go func() {
 		defer ra.s.wg.Done()
 		resp, _, err := ra.s.readPage(ra.s.ctx, n)
 		ra.mu.Lock()
+		defer ra.mu.Unlock()
 		ra.running--
-		if err == nil {
-			p.resp = resp
-		}
+		c.running = false
 		p.expires = time.Now().Add(readAheadTTL)
-		ra.mu.Unlock()
+		if err != nil {
+			close(p.done)
+			return // the chain stops; the client's request reads afresh
+		}
+		p.resp = resp
 		close(p.done)
+		c.last, c.lastResp = n, resp
+		ra.advanceLocked(c)
 	}()
 }

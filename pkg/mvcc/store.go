@@ -224,7 +224,6 @@ func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount boo
 	// only a compaction since can make the answer an error instead.
 	if resp := s.readAhead.take(ctx, r); resp != nil && r.Revision >= s.compacted.Load() {
 		resp.Header.Revision = s.current.Load()
-		s.readAhead.follow(r, resp)
 		return resp, nil
 	}
 	resp, continued, err := s.readPage(ctx, r)
