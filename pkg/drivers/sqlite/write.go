@@ -41,7 +41,7 @@ func (w *writeTx) exec(ctx context.Context, what string, id stmtID, args ...any)
 	if w.done {
 		return 0, fmt.Errorf("%s: write transaction already ended", what)
 	}
-	sctx, err := w.stmtCtx(ctx)
+	sctx, err := w.stmtCtx(ctx, true)
 	if err != nil {
 		return 0, w.fail(what, err)
 	}
