@@ -221,7 +221,7 @@ func (r *reader) Count(ctx context.Context, key, end []byte, rev int64) (int64, 
 func (r *reader) Get(ctx context.Context, key []byte) (*mvccpb.KeyValue, error) {
 	kv := &mvccpb.KeyValue{}
 	err := r.queryRow(ctx, true, qGet,
-		[]any{blob{&kv.Key}, &kv.CreateRevision, &kv.ModRevision, &kv.Version, &kv.Lease, blob{&kv.Value}},
+		[]any{blob{&kv.Key}, i64{&kv.CreateRevision}, i64{&kv.ModRevision}, i64{&kv.Version}, i64{&kv.Lease}, blob{&kv.Value}},
 		nonNil(key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
