@@ -185,6 +185,19 @@ type opFunc func(ctx context.Context) error
 // until --total operations were started or --duration passed. newClient is
 // called once per worker, before the clock starts, so each worker can own
 // its state (its keys, its random source) without locks.
+// runEnded reports whether the run's context is over. Its deadline counts as
+// soon as it passes: the operation's own context, derived from it, has its
+// own timer and may report the deadline a little before the run's context
+// does, and the operations failing in between are the run ending, not
+// errors.
+func runEnded(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
+}
+
 func closedLoop(ctx context.Context, e *env, label string, clients int, newClient func(i int) opFunc) *outcome {
 	ops := make([]opFunc, clients)
 	for i := range ops {
@@ -204,7 +217,7 @@ func closedLoop(ctx context.Context, e *env, label string, clients int, newClien
 	begin := time.Now()
 	for i := range clients {
 		wg.Go(func() {
-			for runCtx.Err() == nil {
+			for !runEnded(runCtx) {
 				if e.cfg.total > 0 && started.Add(1) > e.cfg.total {
 					return
 				}
@@ -216,7 +229,7 @@ func closedLoop(ctx context.Context, e *env, label string, clients int, newClien
 				switch {
 				case err == nil:
 					hists[i].record(d)
-				case runCtx.Err() != nil:
+				case runEnded(runCtx):
 					// Cut short by the end of the run: neither an operation nor an error.
 				default:
 					errCounts[i]++
