@@ -24,6 +24,21 @@ func rangeInTxn(t *testing.T, s *mvcc.Store, r *pb.RangeRequest) *pb.RangeRespon
 	return resp.Responses[0].GetResponseRange()
 }
 
+// startChain reads the first two pages of r's range, which starts a read-ahead
+// chain, and returns the request for the third page.
+func startChain(t *testing.T, s *mvcc.Store, r *pb.RangeRequest) *pb.RangeRequest {
+	t.Helper()
+	for range 2 {
+		resp, err := s.Range(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := append(append([]byte{}, resp.Kvs[len(resp.Kvs)-1].Key...), 0)
+		r = &pb.RangeRequest{Key: next, RangeEnd: r.RangeEnd, Revision: r.Revision, Limit: r.Limit}
+	}
+	return r
+}
+
 // TestStore_ReadAheadPagesMatchFreshReads pages through a range at a fixed
 // revision while it changes, and checks every page, most of them read
 // ahead, against a fresh read of the same request.
@@ -68,15 +83,7 @@ func TestStore_ReadAheadPagesMatchFreshReads(t *testing.T) {
 
 	// A request that differs from the page read ahead (here its limit) is
 	// read afresh.
-	r := &pb.RangeRequest{Key: []byte("/r/"), RangeEnd: []byte("/r0"), Revision: atRev, Limit: 10}
-	for range 2 {
-		resp, err := s.Range(ctx, r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r = &pb.RangeRequest{Key: append(append([]byte{}, resp.Kvs[len(resp.Kvs)-1].Key...), 0),
-			RangeEnd: []byte("/r0"), Revision: atRev, Limit: 10}
-	}
+	r := startChain(t, s, &pb.RangeRequest{Key: []byte("/r/"), RangeEnd: []byte("/r0"), Revision: atRev, Limit: 10})
 	hits := mvcc.ReadAheadHits(s)
 	r.Limit = 11
 	resp, err := s.Range(ctx, r)
@@ -89,15 +96,7 @@ func TestStore_ReadAheadPagesMatchFreshReads(t *testing.T) {
 
 	// A compaction past the revision turns a page read ahead into
 	// ErrCompacted, as a fresh read would answer.
-	r = &pb.RangeRequest{Key: []byte("/r/"), RangeEnd: []byte("/r0"), Revision: atRev, Limit: 10}
-	for range 2 {
-		resp, err := s.Range(ctx, r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r = &pb.RangeRequest{Key: append(append([]byte{}, resp.Kvs[len(resp.Kvs)-1].Key...), 0),
-			RangeEnd: []byte("/r0"), Revision: atRev, Limit: 10}
-	}
+	r = startChain(t, s, &pb.RangeRequest{Key: []byte("/r/"), RangeEnd: []byte("/r0"), Revision: atRev, Limit: 10})
 	now, _ := s.Revisions()
 	if _, err := s.Compact(ctx, &pb.CompactionRequest{Revision: now}); err != nil {
 		t.Fatal(err)
