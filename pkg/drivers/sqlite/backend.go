@@ -11,6 +11,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -227,6 +228,15 @@ type readConn struct {
 	conn            *sql.Conn
 	stmts           []*sql.Stmt // read statements by stmtID, then begin and rollback
 	begin, rollback *sql.Stmt
+	// getLatest is qGetLatest prepared on the driver connection, used only
+	// inside conn.Raw (GetLatest).
+	getLatest driverStmt
+}
+
+// driverStmt is what GetLatest needs of a modernc prepared statement.
+type driverStmt interface {
+	driver.StmtQueryContext
+	Close() error
 }
 
 func (b *Backend) openReadConn(ctx context.Context) (*readConn, error) {
@@ -246,11 +256,31 @@ func (b *Backend) openReadConn(ctx context.Context) (*readConn, error) {
 	if rc.rollback, err = conn.PrepareContext(ctx, "ROLLBACK"); err != nil {
 		return nil, errors.Join(fmt.Errorf("prepare read rollback: %w", err), rc.close())
 	}
+	err = conn.Raw(func(dc any) error {
+		pc, ok := dc.(driver.ConnPrepareContext)
+		if !ok {
+			return fmt.Errorf("driver connection %T cannot prepare with a context", dc)
+		}
+		st, err := pc.PrepareContext(ctx, b.defs[qGetLatest].sql)
+		if err != nil {
+			return err
+		}
+		if rc.getLatest, ok = st.(driverStmt); !ok {
+			return errors.Join(fmt.Errorf("driver statement %T cannot query with a context", st), st.Close())
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("prepare get latest: %w", err), rc.close())
+	}
 	return rc, nil
 }
 
 func (rc *readConn) close() error {
 	var errs []error
+	if rc.getLatest != nil {
+		errs = append(errs, rc.conn.Raw(func(any) error { return rc.getLatest.Close() }))
+	}
 	for _, s := range append(rc.stmts, rc.begin, rc.rollback) {
 		if s != nil {
 			errs = append(errs, s.Close())

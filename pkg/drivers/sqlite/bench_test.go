@@ -85,3 +85,20 @@ func benchmarkRange(b *testing.B, historical, keysOnly bool) {
 func BenchmarkRangeCurrent500(b *testing.B)    { benchmarkRange(b, false, false) }
 func BenchmarkRangeHistorical500(b *testing.B) { benchmarkRange(b, true, false) }
 func BenchmarkRangeKeysOnly500(b *testing.B)   { benchmarkRange(b, false, true) }
+
+// BenchmarkGetLatest is the latest single-key read, the commonest request.
+func BenchmarkGetLatest(b *testing.B) {
+	be := mustOpen(b, filepath.Join(b.TempDir(), "kite.db"))
+	fill(b, be, 5_000, 40, 125, make([]byte, 1024))
+	ctx := context.Background()
+	i := 0
+	b.ResetTimer()
+	for b.Loop() {
+		key := fmt.Appendf(nil, "/registry/pods/ns/pod-%06d", i%5_000)
+		i++
+		kv, _, _, err := be.GetLatest(ctx, key)
+		if err != nil || kv == nil {
+			b.Fatalf("GetLatest %s: %v, %v", key, kv, err)
+		}
+	}
+}
