@@ -95,6 +95,12 @@ type ReadTx interface {
 	// Leases returns every lease in ascending ID order.
 	Leases(ctx context.Context) ([]Lease, error)
 
+	// Lease returns lease id; ok is false if it does not exist. Whether a
+	// lease exists is decided here, inside the transaction, never from a
+	// Store's memory: with several Stores on one database (postgres) only
+	// the database knows what the others granted and revoked.
+	Lease(ctx context.Context, id int64) (l Lease, ok bool, err error)
+
 	// Alarms returns the active alarms in (member, type) order.
 	Alarms(ctx context.Context) ([]*pb.AlarmMember, error)
 

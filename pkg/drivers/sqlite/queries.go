@@ -14,6 +14,7 @@ const (
 	qChanges
 	qChangesPrev
 	qLeases
+	qLease
 	qLeaseKeys
 	qAlarms
 	qUnleasedKeys
@@ -113,6 +114,7 @@ func statements() []statement {
 	s[qChanges] = statement{sql: changesSQL(false), params: []param{pFrom, pTo, pLimit}}
 	s[qChangesPrev] = statement{sql: changesSQL(true), params: []param{pFrom, pTo, pLimit}}
 	s[qLeases] = statement{sql: `SELECT id, ttl FROM lease ORDER BY id`}
+	s[qLease] = statement{sql: `SELECT ttl FROM lease WHERE id = ?`, params: []param{pFrom}}
 	s[qAlarms] = statement{sql: `SELECT member, type FROM alarm ORDER BY member, type`}
 	// "lease != 0" lets SQLite use the partial index live_leased.
 	s[qLeaseKeys] = statement{sql: `SELECT key FROM live WHERE lease = ? AND lease != 0 ORDER BY key`,

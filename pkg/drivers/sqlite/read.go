@@ -374,6 +374,19 @@ func (r *reader) Leases(ctx context.Context) ([]mvcc.Lease, error) {
 	return out, nil
 }
 
+// Lease implements mvcc.ReadTx.
+func (r *reader) Lease(ctx context.Context, id int64) (mvcc.Lease, bool, error) {
+	var ttl int64
+	err := r.queryRow(ctx, true, qLease, []any{&ttl}, id)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return mvcc.Lease{}, false, nil
+	case err != nil:
+		return mvcc.Lease{}, false, r.fail("read lease", err)
+	}
+	return mvcc.Lease{ID: id, TTL: ttl}, true, nil
+}
+
 // Alarms implements mvcc.ReadTx.
 func (r *reader) Alarms(ctx context.Context) ([]*pb.AlarmMember, error) {
 	rows, err := r.query(ctx, false, qAlarms)

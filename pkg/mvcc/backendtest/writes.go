@@ -67,6 +67,15 @@ func testLeases(t *testing.T, e env) {
 		equal(t, "Leases after replace and delete", leasesOf(t, tx),
 			[]mvcc.Lease{{ID: 3, TTL: 60}, {ID: 5, TTL: 20}, {ID: 1 << 62, TTL: 1}})
 		equal(t, "model", leasesOf(t, tx), h.m.leaseList())
+		for _, want := range h.m.leaseList() {
+			l, ok, err := tx.Lease(context.Background(), want.ID)
+			if err != nil || !ok || l != want {
+				t.Errorf("Lease(%d) = %+v, %v, %v; want %+v, true, nil", want.ID, l, ok, err, want)
+			}
+		}
+		if l, ok, err := tx.Lease(context.Background(), 1); err != nil || ok {
+			t.Errorf("Lease(1) of a deleted lease = %+v, %v, %v; want not found", l, ok, err)
+		}
 	})
 }
 
