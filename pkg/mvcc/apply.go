@@ -21,15 +21,19 @@ type applier struct {
 	tx        WriteTx
 	current   int64 // revision before this request
 	compacted int64
-	leases    leaseView
 	changes   []Change
 	deleted   bool // the request has deleted a key
 }
 
-// leaseView answers whether a lease exists, including grants and revokes
-// made earlier in the same batch.
-type leaseView interface {
-	exists(id int64) bool
+// leaseExists asks the transaction, which sees grants and revokes made
+// earlier in the same batch and, with several Stores on one database, by
+// the other Stores: memory would know only this one's.
+func (a *applier) leaseExists(id int64) (bool, error) {
+	_, ok, err := a.tx.Lease(a.ctx, id)
+	if err != nil {
+		return false, fmt.Errorf("look up lease %d: %w", id, err)
+	}
+	return ok, nil
 }
 
 // applyResult is what one request produced.
@@ -102,8 +106,14 @@ func (a *applier) readRev() int64 {
 // checkPut validates a put against the state before the request and returns
 // the key's previous row (needed for ignore_value, ignore_lease and prev_kv).
 func (a *applier) checkPut(p *pb.PutRequest) (*mvccpb.KeyValue, error) {
-	if p.Lease != 0 && !a.leases.exists(p.Lease) {
-		return nil, ErrLeaseNotFound
+	if p.Lease != 0 {
+		ok, err := a.leaseExists(p.Lease)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, ErrLeaseNotFound
+		}
 	}
 	prev, err := a.tx.Get(a.ctx, p.Key)
 	if err != nil {
@@ -202,7 +212,10 @@ func (a *applier) applyCompaction(c *pb.CompactionRequest) (*pb.CompactionRespon
 }
 
 func (a *applier) applyLeaseGrant(g *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, *Lease, error) {
-	if a.leases.exists(g.ID) {
+	switch ok, err := a.leaseExists(g.ID); {
+	case err != nil:
+		return nil, nil, err
+	case ok:
 		return nil, nil, ErrLeaseExists
 	}
 	l := Lease{ID: g.ID, TTL: g.TTL}
@@ -216,7 +229,10 @@ func (a *applier) applyLeaseGrant(g *pb.LeaseGrantRequest) (*pb.LeaseGrantRespon
 // applyLeaseRevoke deletes the lease's keys in key order in one revision, as
 // etcd's lessor does, then the lease.
 func (a *applier) applyLeaseRevoke(r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
-	if !a.leases.exists(r.ID) {
+	switch ok, err := a.leaseExists(r.ID); {
+	case err != nil:
+		return nil, err
+	case !ok:
 		return nil, ErrLeaseNotFound
 	}
 	keys, err := a.tx.LeaseKeys(a.ctx, r.ID)

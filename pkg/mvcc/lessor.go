@@ -33,11 +33,45 @@ func newLessor(now func() time.Time) *lessor {
 	return &lessor{leases: map[int64]*leaseTimer{}, now: now}
 }
 
-func (l *lessor) exists(id int64) bool {
+// reconcile makes the clocks follow the stored lease table, after other
+// Stores granted or revoked leases: a lease new to this Store starts with
+// its full TTL, a lease no longer stored is forgotten.
+func (l *lessor) reconcile(stored []Lease) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	_, ok := l.leases[id]
-	return ok
+	seen := make(map[int64]bool, len(stored))
+	for _, le := range stored {
+		seen[le.ID] = true
+		if _, ok := l.leases[le.ID]; !ok {
+			l.leases[le.ID] = &leaseTimer{ttl: le.TTL, expiry: l.now().Add(time.Duration(le.TTL) * time.Second)}
+		}
+	}
+	for id := range l.leases {
+		if !seen[id] {
+			delete(l.leases, id)
+		}
+	}
+}
+
+// promote gives every lease its full TTL, as etcd's lessor does when its
+// member becomes leader: renewals sent to the previous holder of lease
+// expiry may never have reached this one.
+func (l *lessor) promote() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	for _, t := range l.leases {
+		t.expiry = now.Add(time.Duration(t.ttl) * time.Second)
+	}
+}
+
+// renewedElsewhere restarts the clock of a lease another Store kept alive.
+func (l *lessor) renewedElsewhere(id int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t, ok := l.leases[id]; ok && !t.revoking {
+		t.expiry = l.now().Add(time.Duration(t.ttl) * time.Second)
+	}
 }
 
 // granted starts a lease's clock (on grant, and for every lease on open: a
@@ -129,6 +163,10 @@ func (s *Store) expiryLoop(ctx context.Context, interval time.Duration) {
 			return
 		case <-tick.C:
 		}
+		// Only one Store of a shared storage decides that leases expired.
+		if !s.primary.Load() {
+			continue
+		}
 		for _, id := range s.lessor.expired() {
 			_, err := s.write(ctx, &pb.InternalRaftRequest{LeaseRevoke: &pb.LeaseRevokeRequest{ID: id}})
 			switch {
@@ -143,22 +181,13 @@ func (s *Store) expiryLoop(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// batchLeases is the lessor seen through the grants and revokes already
-// applied in the current, uncommitted batch.
+// batchLeases collects the lease grants and revokes of the current,
+// uncommitted batch, for the lessor's clocks once the batch is durable.
+// Whether a lease exists is asked of the transaction (applier.leaseExists).
 type batchLeases struct {
 	base    *lessor
 	granted map[int64]Lease
 	revoked map[int64]bool
-}
-
-func (b *batchLeases) exists(id int64) bool {
-	if b.revoked[id] {
-		return false
-	}
-	if _, ok := b.granted[id]; ok {
-		return true
-	}
-	return b.base.exists(id)
 }
 
 func (b *batchLeases) record(res *applyResult) {

@@ -69,6 +69,15 @@ type Store struct {
 	current   atomic.Int64
 	compacted atomic.Int64
 
+	// shared is the Backend's Shared side (nil when this Store is the only
+	// writer of its storage); notices is its feed of other Stores' commits.
+	shared  Shared
+	notices <-chan Notice
+	// primary is set while this Store runs the jobs that must run once per
+	// storage (lease expiry, automatic and physical compaction); always
+	// set when the storage is not shared.
+	primary atomic.Bool
+
 	writec    chan *pending
 	lessor    *lessor
 	quota     *quota
@@ -103,6 +112,13 @@ func Open(ctx context.Context, b Backend, cfg Config) (*Store, error) {
 		pageCounts: newPageCounts(),
 	}
 	s.readAhead = newReadAhead(s)
+	if sh, ok := b.(Shared); ok {
+		// Subscribed before the state is loaded: no commit after the load
+		// can be missed.
+		s.shared, s.notices = sh, sh.Notices()
+	} else {
+		s.primary.Store(true)
+	}
 	current, compacted, leases, alarms, err := s.load(ctx)
 	if err != nil {
 		return nil, err
@@ -127,7 +143,10 @@ func Open(ctx context.Context, b Backend, cfg Config) (*Store, error) {
 	go s.writeLoop()
 	go s.compactor.loop(s.ctx)
 	go s.expiryLoop(s.ctx, 500*time.Millisecond)
-	if compacted > 0 {
+	if s.shared != nil {
+		s.wg.Add(1)
+		go s.roleLoop(s.ctx, s.shared.Primary())
+	} else if compacted > 0 {
 		// A crash may have cut a physical compaction short: finish it.
 		s.compactor.notify(compacted)
 	}
@@ -319,7 +338,7 @@ func (s *Store) readTxn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse,
 		return nil, err
 	}
 	defer tx.Rollback()
-	a := &applier{ctx: ctx, tx: readOnlyWriteTx{tx}, current: current, compacted: compacted, leases: s.lessor}
+	a := &applier{ctx: ctx, tx: readOnlyWriteTx{tx}, current: current, compacted: compacted}
 	return a.applyTxn(r)
 }
 
@@ -395,15 +414,36 @@ func (s *Store) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.
 }
 
 // LeaseRenew restarts lease id's TTL and returns it (ErrLeaseNotFound if it
-// does not exist or has already expired).
+// does not exist or has already expired). On a shared storage the renewal
+// is also sent to the other Stores, since another one may run lease expiry.
 func (s *Store) LeaseRenew(ctx context.Context, id int64) (int64, error) {
-	return s.lessor.renew(id)
+	ttl, err := s.lessor.renew(id)
+	if errors.Is(err, ErrLeaseNotFound) && s.shared != nil {
+		// Granted through another server a moment ago?
+		if err := s.sync(ctx); err != nil {
+			return 0, err
+		}
+		ttl, err = s.lessor.renew(id)
+	}
+	if err != nil || s.shared == nil || s.primary.Load() {
+		return ttl, err
+	}
+	if err := s.shared.RenewLease(ctx, id); err != nil {
+		return 0, fmt.Errorf("announce renewal of lease %d: %w", id, err)
+	}
+	return ttl, nil
 }
 
 // LeaseTimeToLive answers with ErrLeaseNotFound for an unknown lease; the
 // gRPC layer turns that into etcd's TTL -1 answer.
 func (s *Store) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
 	granted, left, ok := s.lessor.remaining(r.ID)
+	if !ok && s.shared != nil {
+		if err := s.sync(ctx); err != nil {
+			return nil, err
+		}
+		granted, left, ok = s.lessor.remaining(r.ID)
+	}
 	if !ok {
 		return nil, ErrLeaseNotFound
 	}
@@ -421,13 +461,27 @@ func (s *Store) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveReques
 	return resp, nil
 }
 
+// LeaseLeases lists the stored leases: the lease table decides which exist.
 func (s *Store) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
-	resp := &pb.LeaseLeasesResponse{Header: &pb.ResponseHeader{Revision: s.current.Load()}}
-	for _, id := range s.lessor.ids() {
-		resp.Leases = append(resp.Leases, &pb.LeaseStatus{ID: id})
+	tx, current, _, err := s.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	leases, err := tx.Leases(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read leases: %w", err)
+	}
+	resp := &pb.LeaseLeasesResponse{Header: &pb.ResponseHeader{Revision: current}}
+	for _, l := range leases {
+		resp.Leases = append(resp.Leases, &pb.LeaseStatus{ID: l.ID})
 	}
 	return resp, nil
 }
+
+// Primary reports whether this Store runs the jobs that must run once per
+// storage (always true unless the storage is shared).
+func (s *Store) Primary() bool { return s.primary.Load() }
 
 // Revisions returns the current and compacted revisions.
 func (s *Store) Revisions() (current, compacted int64) {

@@ -164,6 +164,20 @@ func (h *watchHub) publish(rev int64, changes []Change) {
 	}
 }
 
+// skipTo moves the hub past revisions it will never be handed (they were
+// compacted before this Store saw them): watchers that need them read the
+// log, which answers that they are compacted.
+func (h *watchHub) skipTo(rev int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed || rev <= h.rev {
+		return
+	}
+	h.unsyncAllLocked(h.rev+1, rev+1)
+	h.rev = rev
+	h.ring.reset(rev + 1)
+}
+
 // unsyncLocked moves a synced watcher to the catch-up set, needing next on.
 func (h *watchHub) unsyncLocked(w *watcher, next int64) {
 	h.synced.delete(w)

@@ -10,14 +10,16 @@ import (
 )
 
 // pending is one queued unit of work for the writer: a client write request,
-// or a maintenance step (fn) that needs the write transaction to itself.
+// a maintenance step (fn) that needs the write transaction to itself, or a
+// catch-up with a shared storage's commits (feed.go).
 type pending struct {
-	ctx  context.Context
-	req  *pb.InternalRaftRequest
-	fn   func(ctx context.Context, tx WriteTx) error
-	resp proto.Message
-	err  error
-	done chan struct{}
+	ctx     context.Context
+	req     *pb.InternalRaftRequest
+	fn      func(ctx context.Context, tx WriteTx) error
+	catchUp bool
+	resp    proto.Message
+	err     error
+	done    chan struct{}
 }
 
 // committed is one revision made durable by a batch, waiting to be published.
@@ -65,15 +67,23 @@ func (s *Store) enqueue(ctx context.Context, p *pending) (proto.Message, error) 
 func (s *Store) writeLoop() {
 	defer s.wg.Done()
 	batch := make([]*pending, 0, s.cfg.MaxBatch)
+	notices := s.notices
 	for {
 		select {
 		case <-s.stopc:
 			s.drainClosed()
 			return
+		case n, ok := <-notices:
+			if !ok {
+				notices = nil
+				continue
+			}
+			s.follow(n)
+			continue
 		case p := <-s.writec:
 			batch = append(batch[:0], p)
 		}
-		if batch[0].fn != nil {
+		if !isWrite(batch[0]) {
 			s.runMaintenance(batch[0])
 			continue
 		}
@@ -81,7 +91,7 @@ func (s *Store) writeLoop() {
 		for len(batch) < s.cfg.MaxBatch {
 			select {
 			case p := <-s.writec:
-				if p.fn != nil {
+				if !isWrite(p) {
 					// Keep queue order: the batch so far, then the step.
 					s.applyBatch(batch)
 					s.runMaintenance(p)
@@ -112,8 +122,14 @@ func (s *Store) drainClosed() {
 	}
 }
 
+func isWrite(p *pending) bool { return p.fn == nil && !p.catchUp }
+
 func (s *Store) runMaintenance(p *pending) {
 	defer close(p.done)
+	if p.catchUp {
+		p.err = s.catchUp(s.ctx, 0, ChangedLeases|ChangedAlarms|ChangedCompacted)
+		return
+	}
 	tx, err := s.b.BeginWrite(s.ctx)
 	if err != nil {
 		p.err = fmt.Errorf("begin maintenance: %w", err)
@@ -156,6 +172,12 @@ func (s *Store) applyBatch(batch []*pending) {
 		}
 		return
 	}
+	if len(revs) > 0 && revs[0].rev != s.current.Load()+1 && s.shared != nil {
+		// Other Stores committed the revisions between: publish them first.
+		if err := s.catchUp(s.ctx, revs[0].rev-1, 0); err != nil {
+			s.log.Warn("read other servers' revisions before this batch's", "err", err)
+		}
+	}
 	for _, c := range revs {
 		s.current.Store(c.rev)
 		s.hub.publish(c.rev, c.changes)
@@ -181,7 +203,7 @@ func (s *Store) applyAndCommit(batch []*pending) ([]committed, error) {
 	var alarms []*pb.AlarmMember // the alarm list after the batch, if it changed
 	newCompacted := int64(0)
 	for _, p := range batch {
-		a := &applier{ctx: s.ctx, tx: tx, current: current, compacted: compacted, leases: leases}
+		a := &applier{ctx: s.ctx, tx: tx, current: current, compacted: compacted}
 		res, err := a.apply(p.req)
 		if err != nil {
 			if isRequestError(err) && len(a.changes) == 0 {
@@ -222,6 +244,10 @@ func (s *Store) applyAndCommit(batch []*pending) ([]committed, error) {
 	if newCompacted != 0 {
 		s.compacted.Store(newCompacted)
 		s.compactor.notify(newCompacted)
+	} else if compacted > s.compacted.Load() {
+		// Another Store compacted (shared storage); its notice may still be
+		// on its way.
+		s.compacted.Store(compacted)
 	}
 	return revs, nil
 }

@@ -23,6 +23,9 @@ type compactor struct {
 	log     *slog.Logger
 	compact func(ctx context.Context, rev int64) error
 	current func() int64
+	// primary reports whether this server runs the storage's once-only jobs:
+	// with several servers on one database only that one compacts.
+	primary func() bool
 
 	mode      string
 	retention time.Duration // a duration (periodic) or a revision count (revision)
@@ -46,6 +49,7 @@ func newCompactor(log *slog.Logger, store *mvcc.Store, mode string, retention ti
 			return err
 		},
 		current:     func() int64 { rev, _ := store.Revisions(); return rev },
+		primary:     store.Primary,
 		mode:        mode,
 		retention:   retention,
 		revInterval: revisionCompactInterval,
@@ -135,6 +139,9 @@ func (c *compactor) runRevision(ctx context.Context, retention int64) {
 // run compacts to rev and reports success. An already compacted revision
 // counts as success (someone compacted further meanwhile).
 func (c *compactor) run(ctx context.Context, rev int64, key string, val any) bool {
+	if c.primary != nil && !c.primary() {
+		return false
+	}
 	start := time.Now()
 	c.log.InfoContext(ctx, "starting auto compaction", "revision", rev, key, val)
 	err := c.compact(ctx, rev)

@@ -1,0 +1,141 @@
+package mvcc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+)
+
+// The ordered feed. A Store keeps in memory the current and compacted
+// revisions, the watch hub, the alarms and the lease clocks; all of it moves
+// only on the writer's goroutine, in revision order, from one feed of
+// committed revisions. With one Store per storage (sqlite) the feed is the
+// Store's own commits. With several (postgres, mvcc.Shared) it is also the
+// commits of the others: a notice wakes the writer, which reads the log
+// after the last revision it has published and publishes those revisions
+// exactly as it publishes its own. A commit of this Store whose revision is
+// not the next one first reads the revisions between (another Store's rows:
+// the storage's revision lock ordered them before this commit).
+
+// feedChunk bounds the log rows read per step of a catch-up.
+const feedChunk = 4096
+
+// follow handles one notice of a shared storage, on the writer's goroutine.
+func (s *Store) follow(n Notice) {
+	if n.Renewed != 0 {
+		s.lessor.renewedElsewhere(n.Renewed)
+	}
+	if n.Rev <= s.current.Load() && n.Changed == 0 && !n.Resync {
+		return
+	}
+	what := n.Changed
+	if n.Resync {
+		what = ChangedLeases | ChangedAlarms | ChangedCompacted
+	}
+	if err := s.catchUp(s.ctx, 0, what); err != nil {
+		// The next notice, or the next local commit, catches up again.
+		s.log.Warn("follow the storage's commits", "rev", n.Rev, "err", err)
+		return
+	}
+	if n.Resync && s.primary.Load() {
+		// Renewals may have been lost with the notices.
+		s.lessor.promote()
+	}
+}
+
+// catchUp publishes every committed revision after the last one this Store
+// published, up to upTo (0: the newest committed), and re-reads the state
+// named by what. It runs on the writer's goroutine only.
+func (s *Store) catchUp(ctx context.Context, upTo int64, what Changed) error {
+	tx, current, compacted, err := s.snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if upTo == 0 || upTo > current {
+		upTo = current
+	}
+	if compacted > s.compacted.Load() {
+		s.compacted.Store(compacted)
+		if s.primary.Load() {
+			s.compactor.notify(compacted)
+		}
+	}
+	if err := s.publishFrom(ctx, tx, upTo, compacted); err != nil {
+		return err
+	}
+	if what&ChangedLeases != 0 {
+		leases, err := tx.Leases(ctx)
+		if err != nil {
+			return fmt.Errorf("read leases: %w", err)
+		}
+		s.lessor.reconcile(leases)
+	}
+	if what&ChangedAlarms != 0 {
+		alarms, err := tx.Alarms(ctx)
+		if err != nil {
+			return fmt.Errorf("read alarms: %w", err)
+		}
+		s.quota.setAlarms(alarms)
+	}
+	return nil
+}
+
+// publishFrom reads the revisions after the current one up to upTo from tx
+// and publishes them in order, whole. Revisions at or below compacted may
+// have lost rows to physical compaction: they are skipped, and watchers that
+// needed them learn from the log that they are compacted, as in etcd.
+func (s *Store) publishFrom(ctx context.Context, tx ReadTx, upTo, compacted int64) error {
+	from := s.current.Load() + 1
+	if from <= compacted && compacted <= upTo {
+		s.log.Warn("revisions compacted before this server saw them; watchers that need them are cancelled",
+			slog.Int64("from", from), slog.Int64("compacted", compacted))
+		s.hub.skipTo(compacted)
+		s.current.Store(compacted)
+		from = compacted + 1
+	}
+	for from <= upTo {
+		rows, err := tx.Changes(ctx, from, upTo, feedChunk, true)
+		if err != nil {
+			return fmt.Errorf("read revisions %d-%d: %w", from, upTo, err)
+		}
+		next := upTo + 1
+		if len(rows) == feedChunk {
+			last := rows[len(rows)-1].KV.ModRevision
+			if whole := wholeRevisions(rows, last); len(whole) > 0 {
+				rows, next = whole, last
+			} else if rows, err = tx.Changes(ctx, last, last, 0, true); err != nil {
+				return fmt.Errorf("read revision %d: %w", last, err)
+			} else {
+				next = last + 1
+			}
+		}
+		for len(rows) > 0 {
+			rev := rows[0].KV.ModRevision
+			n := 1
+			for n < len(rows) && rows[n].KV.ModRevision == rev {
+				n++
+			}
+			s.current.Store(rev)
+			s.hub.publish(rev, rows[:n:n])
+			rows = rows[n:]
+		}
+		// Revisions without rows do not exist: every revision is a write
+		// that changed at least one key.
+		s.current.Store(next - 1)
+		from = next
+	}
+	return nil
+}
+
+// sync makes this Store's feed catch up with every commit of the storage
+// so far: a lease granted through another server a moment ago is known
+// after it. It is a no-op on a storage that is not shared.
+func (s *Store) sync(ctx context.Context) error {
+	if s.shared == nil {
+		return nil
+	}
+	p := &pending{ctx: ctx, catchUp: true, done: make(chan struct{})}
+	_, err := s.enqueue(ctx, p)
+	return err
+}
