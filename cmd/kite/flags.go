@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kite-db/kite/pkg/datastore"
+	"github.com/kite-db/kite/pkg/mvcc"
 	"github.com/kite-db/kite/pkg/server"
 )
 
@@ -31,6 +34,11 @@ type serveFlags struct {
 	logLevel                string
 	logFormat               string
 	enablePprof             bool
+
+	datastoreEndpoint        string
+	datastoreMaxOpenConns    int
+	datastoreMaxIdleConns    int
+	datastoreConnMaxLifetime time.Duration
 }
 
 // aliasTarget returns the flag a deprecated alias stands for, or "".
@@ -59,6 +67,10 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.StringVar(&f.logLevel, "log-level", "info", "Log level: debug, info, warn or error.")
 	fs.StringVar(&f.logFormat, "log-format", "text", "Log format: text or json.")
 	fs.BoolVar(&f.enablePprof, "enable-pprof", false, "Enable runtime profiling data via HTTP server at /debug/pprof/ on the client URLs.")
+	fs.StringVar(&f.datastoreEndpoint, "datastore-endpoint", "", "Storage: empty or sqlite://PATH for the embedded SQLite database (kite.db in --data-dir by default); postgres://user:pass@host/db?sslmode=... for several kite servers on one Postgres database.")
+	fs.IntVar(&f.datastoreMaxOpenConns, "datastore-max-open-connections", 0, "Most connections to a database server (0: the driver's default).")
+	fs.IntVar(&f.datastoreMaxIdleConns, "datastore-max-idle-connections", 0, "Connections to a database server kept open while idle (0: the driver's default).")
+	fs.DurationVar(&f.datastoreConnMaxLifetime, "datastore-connection-max-lifetime", 0, "Longest a database server connection is reused (0: the driver's default).")
 	fs.Usage = func() { printUsage(fs.Output(), fs) }
 	return fs
 }
@@ -103,11 +115,23 @@ func envName(flagName string) string {
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// config turns the flags into a server.Config.
+// config turns the flags into a server.Config. The storage is chosen here,
+// by pkg/datastore, not in pkg/server.
 func (f *serveFlags) config(log *slog.Logger) server.Config {
+	ds := datastore.Config{
+		Endpoint:        f.datastoreEndpoint,
+		DataDir:         f.dataDir,
+		MaxOpenConns:    f.datastoreMaxOpenConns,
+		MaxIdleConns:    f.datastoreMaxIdleConns,
+		ConnMaxLifetime: f.datastoreConnMaxLifetime,
+		Logger:          log,
+	}
 	return server.Config{
-		Name:                        f.name,
-		DataDir:                     f.dataDir,
+		Name:    f.name,
+		DataDir: f.dataDir,
+		OpenBackend: func(ctx context.Context) (mvcc.Backend, error) {
+			return datastore.Open(ctx, ds)
+		},
 		ListenClientURLs:            f.listenClientURLs,
 		AdvertiseClientURLs:         f.advertiseClientURLs,
 		MaxRequestBytes:             int(f.maxRequestBytes),
@@ -161,7 +185,7 @@ func (u *urlsFlag) Set(v string) error {
 // printUsage lists every flag with its default and environment variable.
 func printUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprint(w, `Usage:
-  kite [flags]          serve the etcd v3 API from a SQLite database
+  kite [flags]          serve the etcd v3 API from SQLite (default) or Postgres
   kite snapshot save    stream a snapshot from a running server to a file
   kite snapshot restore create a data dir from a snapshot (kite snapshot for usage)
   kite version          print version information

@@ -10,6 +10,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/version"
 
+	"github.com/kite-db/kite/pkg/datastore"
 	"github.com/kite-db/kite/pkg/server"
 )
 
@@ -23,6 +24,11 @@ func runServe(args []string) int {
 	if err != nil {
 		return fatalf("%v", err)
 	}
+	// A bad endpoint is refused before anything starts.
+	kind, err := datastore.Kind(f.datastoreEndpoint)
+	if err != nil {
+		return fatalf("--datastore-endpoint: %v", err)
+	}
 	log, err := f.newLogger(os.Stderr)
 	if err != nil {
 		return fatalf("%v", err)
@@ -31,7 +37,8 @@ func runServe(args []string) int {
 	defer stop()
 
 	log.Info("starting kite", "version", kiteVersion(), "etcd-api-version", version.Version,
-		"name", f.name, "data-dir", f.dataDir, "listen-client-urls", f.listenClientURLs.String())
+		"name", f.name, "data-dir", f.dataDir, "listen-client-urls", f.listenClientURLs.String(),
+		"datastore", kind, "datastore-endpoint", datastore.Redact(f.datastoreEndpoint))
 	if err := server.Run(ctx, f.config(log)); err != nil {
 		log.Error("kite stopped with an error", "error", err)
 		return 1

@@ -14,9 +14,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/kite-db/kite/pkg/datastore"
 	"github.com/kite-db/kite/pkg/drivers/sqlite"
 	"github.com/kite-db/kite/pkg/mvcc"
-	"github.com/kite-db/kite/pkg/server"
 )
 
 const snapshotUsage = `usage:
@@ -127,7 +127,7 @@ func restoreSnapshot(ctx context.Context, file, dataDir string) (int64, error) {
 	if data, err = stripChecksum(data); err != nil {
 		return 0, err
 	}
-	dbPath := server.DatabasePath(dataDir)
+	dbPath := datastore.SQLitePath("", dataDir)
 	if _, err := os.Stat(dbPath); err == nil {
 		return 0, fmt.Errorf("%s already exists; restore into a new data directory", dbPath)
 	}

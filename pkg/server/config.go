@@ -1,11 +1,14 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
 	"time"
+
+	"github.com/kite-db/kite/pkg/mvcc"
 )
 
 // Defaults, the same values etcd uses for the flags of the same name.
@@ -38,8 +41,13 @@ const (
 type Config struct {
 	// Name is the human-readable member name (etcd --name).
 	Name string
-	// DataDir holds the database (kite.db). Created with mode 0700.
+	// DataDir is this member's directory (created 0700, locked against a
+	// second kite); with the default storage it holds the SQLite database.
 	DataDir string
+	// OpenBackend opens the storage once DataDir is locked; the server
+	// closes what it returns. pkg/datastore builds one from a
+	// --datastore-endpoint URL. Required.
+	OpenBackend func(ctx context.Context) (mvcc.Backend, error)
 	// ListenClientURLs are the URLs to serve clients on: http://host:port,
 	// unix:///abs/path or unix://rel/path. Default http://127.0.0.1:2379.
 	ListenClientURLs []string
@@ -109,6 +117,9 @@ func (c Config) withDefaults() Config {
 func (c Config) validate() error {
 	if c.DataDir == "" {
 		return errors.New("data dir is required")
+	}
+	if c.OpenBackend == nil {
+		return errors.New("no storage: OpenBackend is required (see pkg/datastore)")
 	}
 	if _, err := c.compactionRetention(); err != nil {
 		return err

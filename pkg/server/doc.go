@@ -1,7 +1,9 @@
 // Package server is kite's etcd v3 front end: the gRPC services of etcd's
 // API (KV with RangeStream, Watch, Lease, Maintenance, Cluster, a minimal
 // Auth, and grpc.health.v1) plus etcd's HTTP endpoints (/health, /livez,
-// /readyz, /metrics), over a pkg/mvcc Store backed by SQLite.
+// /readyz, /metrics), over a pkg/mvcc Store. The storage comes from
+// Config.OpenBackend; this package imports no driver (pkg/datastore turns a
+// --datastore-endpoint into an opener).
 //
 // The package translates and nothing more: it validates requests exactly as
 // etcd's v3rpc does (same checks, same order, same rpctypes errors), calls
@@ -27,8 +29,10 @@
 // Another Go program (a k3s-style single binary) can run kite in-process
 // and point its etcd client at a unix socket:
 //
+//	ds := datastore.Config{DataDir: "/var/lib/myapp/kite"} // SQLite; or Endpoint: "postgres://..."
 //	cfg := server.Config{
-//		DataDir:          "/var/lib/myapp/kite",
+//		DataDir:          ds.DataDir,
+//		OpenBackend:      func(ctx context.Context) (mvcc.Backend, error) { return datastore.Open(ctx, ds) },
 //		ListenClientURLs: []string{"unix:///run/myapp/kite.sock"},
 //		Logger:           slog.Default(),
 //	}
@@ -41,5 +45,5 @@
 // here), Start (serves), Err (serving failures), Addrs (bound addresses, for
 // port 0), Store (the mvcc.Store, for in-process access without gRPC) and
 // Close (ends every goroutine and closes the database). Config's zero values
-// take etcd's defaults; only DataDir is required.
+// take etcd's defaults; only DataDir and OpenBackend are required.
 package server

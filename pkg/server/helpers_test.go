@@ -44,12 +44,23 @@ func mustOpenStore(tb testing.TB) *mvcc.Store {
 	return s
 }
 
+// sqliteIn opens the test's storage: a SQLite file in dir, as kite's default
+// datastore does.
+func sqliteIn(dir string) func(ctx context.Context) (mvcc.Backend, error) {
+	return func(ctx context.Context) (mvcc.Backend, error) {
+		return sqlite.Open(ctx, filepath.Join(dir, "kite.db"), sqlite.Options{})
+	}
+}
+
 // mustStartServer starts a whole server on a free loopback port with a
 // temporary data dir and returns it with its client endpoint.
 func mustStartServer(tb testing.TB, cfg Config) (*Server, string) {
 	tb.Helper()
 	if cfg.DataDir == "" {
 		cfg.DataDir = tb.TempDir()
+	}
+	if cfg.OpenBackend == nil {
+		cfg.OpenBackend = sqliteIn(cfg.DataDir)
 	}
 	if len(cfg.ListenClientURLs) == 0 {
 		cfg.ListenClientURLs = []string{"http://127.0.0.1:0"}

@@ -58,8 +58,10 @@ func TestServerCloseWithOpenStreams(t *testing.T) {
 // compactor included.
 func TestServerCloseStopsGoroutines(t *testing.T) {
 	before := runtime.NumGoroutine()
+	dir := t.TempDir()
 	s, err := New(context.Background(), Config{
-		DataDir:                 t.TempDir(),
+		DataDir:                 dir,
+		OpenBackend:             sqliteIn(dir),
 		ListenClientURLs:        []string{"http://127.0.0.1:0", "unix://" + filepath.Join(t.TempDir(), "s.sock")},
 		AutoCompactionMode:      CompactionModePeriodic,
 		AutoCompactionRetention: "1h",
@@ -95,8 +97,10 @@ func TestServerCloseStopsGoroutines(t *testing.T) {
 
 func TestNewFailsOnBusyPort(t *testing.T) {
 	_, endpoint := mustStartServer(t, Config{})
+	dir := t.TempDir()
 	_, err := New(context.Background(), Config{
-		DataDir:          t.TempDir(),
+		DataDir:          dir,
+		OpenBackend:      sqliteIn(dir),
 		ListenClientURLs: []string{endpoint},
 		Logger:           testLogger(t),
 	})
@@ -108,7 +112,7 @@ func TestNewFailsOnBusyPort(t *testing.T) {
 func TestNewFailsOnDataDirInUse(t *testing.T) {
 	dir := t.TempDir()
 	mustStartServer(t, Config{DataDir: dir})
-	_, err := New(context.Background(), Config{DataDir: dir, ListenClientURLs: []string{"http://127.0.0.1:0"}, Logger: testLogger(t)})
+	_, err := New(context.Background(), Config{DataDir: dir, OpenBackend: sqliteIn(dir), ListenClientURLs: []string{"http://127.0.0.1:0"}, Logger: testLogger(t)})
 	if err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("second server on the same data dir: %v", err)
 	}
@@ -117,7 +121,8 @@ func TestNewFailsOnDataDirInUse(t *testing.T) {
 func TestUnixSocketInUse(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "kite.sock")
 	mustStartServer(t, Config{ListenClientURLs: []string{"unix://" + sock}})
-	_, err := New(context.Background(), Config{DataDir: t.TempDir(), ListenClientURLs: []string{"unix://" + sock}, Logger: testLogger(t)})
+	dir := t.TempDir()
+	_, err := New(context.Background(), Config{DataDir: dir, OpenBackend: sqliteIn(dir), ListenClientURLs: []string{"unix://" + sock}, Logger: testLogger(t)})
 	if err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("second server on a live socket: %v", err)
 	}

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -21,7 +20,6 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/kite-db/kite/pkg/drivers/sqlite"
 	"github.com/kite-db/kite/pkg/mvcc"
 )
 
@@ -35,7 +33,7 @@ type Server struct {
 	cfg       Config
 	log       *slog.Logger
 	lock      *os.File // held while the data dir is ours
-	backend   *sqlite.Backend
+	backend   mvcc.Backend
 	store     *mvcc.Store
 	grpc      *grpc.Server
 	http      *http.Server
@@ -79,10 +77,8 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if s.lock, err = lockDataDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
-	dbPath := DatabasePath(cfg.DataDir)
-	s.backend, err = sqlite.Open(ctx, dbPath, sqlite.Options{Logger: log})
-	if err != nil {
-		return nil, fmt.Errorf("open sqlite backend %s: %w", dbPath, err)
+	if s.backend, err = cfg.OpenBackend(ctx); err != nil {
+		return nil, fmt.Errorf("open storage: %w", err)
 	}
 	s.store, err = mvcc.Open(ctx, s.backend, mvcc.Config{
 		QuotaBackendBytes:      cfg.QuotaBackendBytes,
@@ -307,10 +303,4 @@ func addrString(a net.Addr) string {
 		return "unix://" + a.String()
 	}
 	return "http://" + a.String()
-}
-
-// DatabasePath is where the SQLite database of a data directory lives
-// (`kite snapshot restore` writes it there).
-func DatabasePath(dataDir string) string {
-	return filepath.Join(dataDir, "kite.db")
 }

@@ -1,0 +1,146 @@
+// Package datastore turns a --datastore-endpoint (k3s's flag) into the
+// storage a kite server runs on. It is the one place that knows every
+// driver: pkg/server and pkg/mvcc see only an mvcc.Backend.
+//
+//	""  or sqlite://PATH           embedded SQLite (PATH, or kite.db in the data dir)
+//	postgres://... postgresql://... several kite servers on one Postgres database
+package datastore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/kite-db/kite/pkg/drivers/postgres"
+	"github.com/kite-db/kite/pkg/drivers/sqlite"
+	"github.com/kite-db/kite/pkg/mvcc"
+)
+
+// Kinds of storage.
+const (
+	KindSQLite   = "sqlite"
+	KindPostgres = "postgres"
+)
+
+// Config says where the data lives and how to reach it.
+type Config struct {
+	// Endpoint is the --datastore-endpoint URL ("" for SQLite in DataDir).
+	Endpoint string
+	// DataDir holds kite.db when Endpoint is empty.
+	DataDir string
+	// Pool settings of a database server (k3s's --datastore-max-open-connections,
+	// --datastore-max-idle-connections, --datastore-connection-max-lifetime);
+	// zero takes the driver's default.
+	MaxOpenConns    int
+	MaxIdleConns    int
+	ConnMaxLifetime time.Duration
+	Logger          *slog.Logger
+}
+
+// Kind returns the kind of storage an endpoint names, or an error for a
+// scheme kite does not know. The error never shows a password.
+func Kind(endpoint string) (string, error) {
+	if endpoint == "" {
+		return KindSQLite, nil
+	}
+	scheme, _, ok := strings.Cut(endpoint, "://")
+	if !ok {
+		return "", fmt.Errorf("datastore endpoint %q: want sqlite://PATH or postgres://...", Redact(endpoint))
+	}
+	switch strings.ToLower(scheme) {
+	case "sqlite":
+		return KindSQLite, nil
+	case "postgres", "postgresql":
+		return KindPostgres, nil
+	}
+	return "", fmt.Errorf("datastore endpoint %q: unknown scheme %q (want sqlite or postgres)", Redact(endpoint), scheme)
+}
+
+// SQLitePath returns the database file of a SQLite endpoint.
+func SQLitePath(endpoint, dataDir string) string {
+	if p, ok := strings.CutPrefix(endpoint, "sqlite://"); ok && p != "" {
+		return p
+	}
+	return filepath.Join(dataDir, "kite.db")
+}
+
+// Redact hides the password of a URL-shaped endpoint and of a key=value
+// connection string's password setting.
+func Redact(endpoint string) string {
+	if u, err := url.Parse(endpoint); err == nil && u.Scheme != "" && u.Opaque == "" {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+		q := u.Query()
+		if q.Has("password") {
+			q.Set("password", "xxxxx")
+			u.RawQuery = q.Encode()
+		}
+		return u.String()
+	}
+	// Not parseable as a URL: show the scheme only, as the rest may hold
+	// anything.
+	if scheme, _, ok := strings.Cut(endpoint, "://"); ok {
+		return scheme + "://..."
+	}
+	return "..."
+}
+
+// retryLogEvery spaces the log lines of an open that keeps failing.
+const retryLogEvery = 5 * time.Second
+
+// Open opens the storage. A database server that cannot be reached is
+// retried with backoff (1 s doubling to 10 s) until ctx ends, with a log
+// line every few seconds saying why; kite never serves a half-open store.
+// A SQLite file is opened once: its errors are not transient.
+func Open(ctx context.Context, cfg Config) (mvcc.Backend, error) {
+	kind, err := Kind(cfg.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if kind == KindSQLite {
+		path := SQLitePath(cfg.Endpoint, cfg.DataDir)
+		b, err := sqlite.Open(ctx, path, sqlite.Options{Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("open sqlite datastore %s: %w", path, err)
+		}
+		return b, nil
+	}
+	// A malformed connection string is not worth retrying.
+	if _, err := pgx.ParseConfig(cfg.Endpoint); err != nil {
+		return nil, fmt.Errorf("datastore endpoint %s: %w", Redact(cfg.Endpoint), err)
+	}
+	opts := postgres.Options{Logger: log, MaxOpenConns: cfg.MaxOpenConns,
+		MaxIdleConns: cfg.MaxIdleConns, ConnMaxLifetime: cfg.ConnMaxLifetime}
+	backoff, lastLog := time.Second, time.Time{}
+	for {
+		b, err := postgres.Open(ctx, cfg.Endpoint, opts)
+		if err == nil {
+			return b, nil
+		}
+		if ctx.Err() != nil {
+			return nil, errors.Join(fmt.Errorf("open postgres datastore %s", Redact(cfg.Endpoint)), err)
+		}
+		if time.Since(lastLog) >= retryLogEvery {
+			log.Warn("datastore not reachable; retrying", "endpoint", Redact(cfg.Endpoint), "retry_in", backoff, "err", err)
+			lastLog = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("open postgres datastore %s: %w", Redact(cfg.Endpoint), ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}
