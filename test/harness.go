@@ -2,6 +2,10 @@
 // process and is compared, request by request, with a reference etcd 3.7
 // embedded in the test process.
 //
+// KITE_TEST_DATASTORE=postgres runs every kite these tests start on a fresh
+// Postgres database (pkg/drivers/postgres/pgtest says where Postgres is
+// found) instead of its default embedded SQLite.
+//
 // Debugging aid: KITE_TEST_AGAINST_ETCD=1 replaces the kite process with a
 // second embedded etcd, which proves the tests themselves on etcd-vs-etcd.
 // In that mode only the "--flag=value" spelling of extra flags is understood.
@@ -27,6 +31,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/kite-db/kite/pkg/drivers/postgres/pgtest"
 )
 
 var (
@@ -34,7 +40,31 @@ var (
 	kiteBin, etcdctlBin     string
 	kiteBuildErr, ctlBuildE error
 	againstEtcd             = os.Getenv("KITE_TEST_AGAINST_ETCD") == "1"
+	// datastore is the storage of the kites the tests start: "sqlite" or
+	// "postgres".
+	datastore = envOr("KITE_TEST_DATASTORE", "sqlite")
 )
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// freshStorageFlags returns the flags that give a new kite empty storage of
+// the kind under test.
+func freshStorageFlags(t testing.TB) []string {
+	t.Helper()
+	switch datastore {
+	case "sqlite":
+		return nil
+	case "postgres":
+		return []string{"--datastore-endpoint", pgtest.NewDatabase(t)}
+	}
+	t.Fatalf("KITE_TEST_DATASTORE=%q: want sqlite or postgres", datastore)
+	return nil
+}
 
 func moduleRoot() (string, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
@@ -233,14 +263,19 @@ type kiteProcess struct {
 	dev     *etcdServer // KITE_TEST_AGAINST_ETCD=1 only
 }
 
-// startKite starts kite with a fresh data dir on a free loopback port and
-// waits until it serves.
+// startKite starts kite with a fresh data dir and fresh storage of the kind
+// under test (KITE_TEST_DATASTORE) on a free loopback port and waits until
+// it serves.
 func startKite(t testing.TB, extraFlags ...string) *kiteProcess {
 	t.Helper()
-	return startKiteIn(t, t.TempDir(), extraFlags...)
+	if againstEtcd {
+		return startKiteIn(t, t.TempDir(), extraFlags...)
+	}
+	return startKiteIn(t, t.TempDir(), append(freshStorageFlags(t), extraFlags...)...)
 }
 
-// startKiteIn starts kite on an existing (or new) data dir.
+// startKiteIn starts kite on an existing (or new) data dir with exactly the
+// flags given (storage included: SQLite in dataDir unless they say else).
 func startKiteIn(t testing.TB, dataDir string, extraFlags ...string) *kiteProcess {
 	t.Helper()
 	k := &kiteProcess{server: &server{name: "kite"}, t: t, dataDir: dataDir, flags: extraFlags, log: &syncBuffer{}}

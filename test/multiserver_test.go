@@ -1,0 +1,340 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kite-db/kite/pkg/drivers/postgres/pgtest"
+)
+
+// startShared starts n kite servers on one fresh Postgres database.
+func startShared(t *testing.T, n int) []*kiteProcess {
+	t.Helper()
+	dsn := pgtest.NewDatabase(t)
+	var ks []*kiteProcess
+	for range n {
+		ks = append(ks, startKiteIn(t, t.TempDir(), "--datastore-endpoint", dsn))
+	}
+	return ks
+}
+
+// seenEvent is one watch event as every server must report it.
+type seenEvent struct {
+	Rev   int64
+	Type  mvccpb.Event_EventType
+	Key   string
+	Value string
+	Prev  string // prev_kv value ("" when none)
+}
+
+// recordWatch watches prefix from revision 1 on its own client and collects
+// every event until ctx ends; a stream cut by a server restart is resumed
+// by clientv3 from the last revision it delivered.
+func recordWatch(ctx context.Context, t *testing.T, endpoint, prefix string, out *[]seenEvent, mu *sync.Mutex) error {
+	c, err := newClient(endpoint)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	next := int64(1)
+	for ctx.Err() == nil {
+		wch := c.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithRev(next))
+		for resp := range wch {
+			if resp.Err() != nil {
+				break
+			}
+			mu.Lock()
+			for _, ev := range resp.Events {
+				se := seenEvent{Rev: ev.Kv.ModRevision, Type: ev.Type, Key: string(ev.Kv.Key), Value: string(ev.Kv.Value)}
+				if ev.PrevKv != nil {
+					se.Prev = string(ev.PrevKv.Value)
+				}
+				*out = append(*out, se)
+				next = ev.Kv.ModRevision + 1
+			}
+			mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// TestSharedServersOneOrder: three kite servers on one database, a writer and
+// a watcher on each, one server SIGKILLed and restarted mid-run. Every
+// watcher sees the identical event sequence, revisions are dense, every
+// acknowledged write is in it, and HashKV agrees at the last revision.
+func TestSharedServersOneOrder(t *testing.T) {
+	ks := startShared(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const prefix = "/shared/"
+
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	events := make([][]seenEvent, len(ks))
+	var mus [3]sync.Mutex
+	var wwg sync.WaitGroup
+	for i, k := range ks {
+		wwg.Go(func() {
+			if err := recordWatch(watchCtx, t, k.Endpoint, prefix, &events[i], &mus[i]); err != nil {
+				t.Errorf("watch on server %d: %v", i, err)
+			}
+		})
+	}
+
+	type ack struct {
+		key, value string
+		rev        int64
+	}
+	var ackMu sync.Mutex
+	var acks []ack
+	var wg sync.WaitGroup
+	// Writers run until stop closes, so server 1 dies while all of them write.
+	stop := make(chan struct{})
+	var failed [3]int
+	for i, k := range ks {
+		wg.Go(func() {
+			c, err := newClient(k.Endpoint)
+			if err != nil {
+				t.Errorf("client %d: %v", i, err)
+				return
+			}
+			defer c.Close()
+			for j := 0; ; j++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("%ss%d/k%02d", prefix, i, rand.IntN(20))
+				value := fmt.Sprintf("v%d-%d", i, j)
+				wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
+				var rev int64
+				if j%10 == 9 {
+					var resp *clientv3.DeleteResponse
+					if resp, err = c.Delete(wctx, key); err == nil && resp.Deleted > 0 {
+						rev, value = resp.Header.Revision, ""
+					}
+				} else {
+					var resp *clientv3.PutResponse
+					if resp, err = c.Put(wctx, key, value); err == nil {
+						rev = resp.Header.Revision
+					}
+				}
+				wcancel()
+				if err != nil {
+					failed[i]++ // not acknowledged (server 1 restarting): nothing to check
+					continue
+				}
+				if rev == 0 {
+					continue // a delete of a missing key writes nothing
+				}
+				ackMu.Lock()
+				acks = append(acks, ack{key, value, rev})
+				ackMu.Unlock()
+			}
+		})
+	}
+	// Mid-run, server 1 dies without a word and comes back.
+	time.Sleep(500 * time.Millisecond)
+	ks[1].Kill()
+	time.Sleep(200 * time.Millisecond)
+	ks[1].Restart()
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	t.Logf("acknowledged writes: %d; failed writes per server: %v", len(acks), failed)
+	if failed[1] == 0 {
+		t.Errorf("no write through server 1 failed: it was not killed while writers ran")
+	}
+
+	// A last write through server 2 marks the end for every watcher.
+	end, err := ks[2].Client.Put(ctx, prefix+"end", "end")
+	if err != nil {
+		t.Fatalf("final put: %v", err)
+	}
+	last := end.Header.Revision
+	deadline := time.Now().Add(30 * time.Second)
+	for i := range ks {
+		for {
+			mus[i].Lock()
+			n := len(events[i])
+			done := n > 0 && events[i][n-1].Rev >= last
+			mus[i].Unlock()
+			if done {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("server %d's watcher has not reached revision %d (has %d events)", i, last, n)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	stopWatch()
+	wwg.Wait()
+
+	for i := 1; i < len(ks); i++ {
+		if !slices.Equal(events[0], events[i]) {
+			t.Errorf("server %d saw %d events, server 0 %d; first difference at %d", i, len(events[i]), len(events[0]), firstDiff(events[0], events[i]))
+		}
+	}
+	byRev := map[int64][]seenEvent{}
+	for _, ev := range events[0] {
+		byRev[ev.Rev] = append(byRev[ev.Rev], ev)
+	}
+	first := events[0][0].Rev
+	for rev := first; rev <= last; rev++ {
+		if len(byRev[rev]) == 0 {
+			t.Errorf("revision %d missing from the watch sequence (revisions must be dense)", rev)
+		}
+	}
+	for _, a := range acks {
+		evs := byRev[a.rev]
+		if !slices.ContainsFunc(evs, func(e seenEvent) bool { return e.Key == a.key && e.Value == a.value }) {
+			t.Errorf("acknowledged write %q=%q at revision %d not seen by the watchers (got %v)", a.key, a.value, a.rev, evs)
+		}
+	}
+	if len(acks) < 100 {
+		t.Errorf("only %d writes acknowledged", len(acks))
+	}
+
+	var hashes []uint32
+	for i, k := range ks {
+		h, err := k.Maint.HashKV(ctx, &pb.HashKVRequest{Revision: last})
+		if err != nil {
+			t.Fatalf("HashKV on server %d: %v", i, err)
+		}
+		hashes = append(hashes, h.Hash)
+	}
+	if hashes[0] != hashes[1] || hashes[0] != hashes[2] {
+		t.Errorf("HashKV at revision %d differs between servers: %v", last, hashes)
+	}
+}
+
+func firstDiff(a, b []seenEvent) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// TestSharedServersLeases: a lease is one lease on every server. Granted on
+// server 0, kept alive through server 1, read through server 2, a duplicate
+// grant refused everywhere, revoked through server 1: its keys are deleted
+// and every server agrees it is gone.
+func TestSharedServersLeases(t *testing.T) {
+	ks := startShared(t, 3)
+	ctx := testCtx(t, time.Minute)
+	g, err := ks[0].Client.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ks[1].Client.Put(ctx, "leased", "v", clientv3.WithLease(g.ID)); err != nil {
+		t.Fatalf("put with a lease granted on another server: %v", err)
+	}
+	if _, err := ks[1].Client.KeepAliveOnce(ctx, g.ID); err != nil {
+		t.Fatalf("keep-alive on another server: %v", err)
+	}
+	ttl, err := ks[2].Client.TimeToLive(ctx, g.ID, clientv3.WithAttachedKeys())
+	if err != nil || ttl.TTL <= 0 || len(ttl.Keys) != 1 {
+		t.Fatalf("TimeToLive on a third server = %+v, %v; want the lease with one key", ttl, err)
+	}
+	if _, err := ks[2].Lease.LeaseGrant(ctx, &pb.LeaseGrantRequest{ID: int64(g.ID), TTL: 30}); err == nil {
+		t.Fatal("granting an existing lease ID through another server succeeded")
+	}
+	for i, k := range ks {
+		ls, err := k.Client.Leases(ctx)
+		if err != nil || len(ls.Leases) != 1 || ls.Leases[0].ID != g.ID {
+			t.Errorf("Leases on server %d = %+v, %v", i, ls, err)
+		}
+	}
+	if _, err := ks[1].Client.Revoke(ctx, g.ID); err != nil {
+		t.Fatalf("revoke through another server: %v", err)
+	}
+	for i, k := range ks {
+		resp, err := k.Client.Get(ctx, "leased")
+		if err != nil || len(resp.Kvs) != 0 {
+			t.Errorf("server %d after revoke: %+v, %v; want the key gone", i, resp, err)
+		}
+		ttl, err := k.Client.TimeToLive(ctx, g.ID)
+		if err != nil || ttl.TTL != -1 {
+			t.Errorf("TimeToLive on server %d after revoke = %+v, %v; want TTL -1", i, ttl, err)
+		}
+	}
+}
+
+// primaryOf returns the index of the server whose log says it became
+// primary (the servers must log at info level).
+func primaryOf(t *testing.T, ks []*kiteProcess) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for i, k := range ks {
+			if strings.Contains(k.log.tail(1<<20), "primary=true") {
+				return i
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("no server became primary in 10 s")
+	return -1
+}
+
+// TestSharedServersLeaseExpiryFailover: lease expiry runs on one server; when
+// it dies another takes over and expires the leases, deleting their keys.
+func TestSharedServersLeaseExpiryFailover(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	ks := []*kiteProcess{
+		startKiteIn(t, t.TempDir(), "--datastore-endpoint", dsn, "--log-level", "info"),
+		startKiteIn(t, t.TempDir(), "--datastore-endpoint", dsn, "--log-level", "info"),
+	}
+	ctx := testCtx(t, time.Minute)
+	p := primaryOf(t, ks)
+	other := ks[1-p]
+	// Granted and kept alive through the server that is not primary, then
+	// the primary dies: the survivor must take over and expire the lease.
+	g, err := other.Client.Grant(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Client.Put(ctx, "expiring", "v", clientv3.WithLease(g.ID)); err != nil {
+		t.Fatal(err)
+	}
+	// Kept alive through the server that does not run expiry for twice its
+	// TTL: the renewals must reach the primary.
+	for range 8 {
+		if _, err := other.Client.KeepAliveOnce(ctx, g.ID); err != nil {
+			t.Fatalf("keep-alive: %v", err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if resp, err := other.Client.Get(ctx, "expiring"); err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("key of a lease kept alive through a non-primary server: %+v, %v; want it present", resp, err)
+	}
+	ks[p].Kill()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := other.Client.Get(ctx, "expiring")
+		if err == nil && len(resp.Kvs) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("key of a 2 s lease still present 20 s after the other server died: %+v, %v", resp, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
