@@ -24,6 +24,11 @@ var (
 	// ErrNoSpace: the backend quota is exhausted and the NOSPACE alarm is
 	// raised; writes are refused until space is freed and the alarm disarmed.
 	ErrNoSpace = errors.New("mvcc: database space exceeded")
+	// ErrUnavailable: the storage cannot be reached (a database server
+	// restarting or failing over). Drivers wrap such errors with it; the
+	// request may be retried. A write that fails with it may or may not
+	// have been committed, as with etcd's request timeout.
+	ErrUnavailable = errors.New("mvcc: storage unavailable")
 	// ErrClosed: the store is closed.
 	ErrClosed = errors.New("mvcc: store closed")
 )

@@ -50,5 +50,11 @@ func toGRPCError(err error) error {
 			return m.grpc
 		}
 	}
+	if errors.Is(err, mvcc.ErrUnavailable) {
+		// Unavailable is the code etcd's clients retry (reads at once,
+		// writes when the application says so), as after etcd's own
+		// "request timed out"; the text keeps what the storage said.
+		return status.Error(codes.Unavailable, err.Error())
+	}
 	return status.Error(codes.Unknown, err.Error())
 }

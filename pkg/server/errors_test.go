@@ -47,6 +47,10 @@ func TestToGRPCError(t *testing.T) {
 	if st, _ := status.FromError(got); st.Code() != codes.Unknown || st.Message() != "disk on fire" {
 		t.Errorf("unknown error: got %v", got)
 	}
+	unavailable := fmt.Errorf("%w: commit: connection reset", mvcc.ErrUnavailable)
+	if st, _ := status.FromError(toGRPCError(unavailable)); st.Code() != codes.Unavailable || st.Message() != unavailable.Error() {
+		t.Errorf("storage unavailable: got %v; want code Unavailable with the storage's text", st)
+	}
 }
 
 func TestRecoverInterceptors(t *testing.T) {

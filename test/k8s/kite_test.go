@@ -28,9 +28,14 @@ import (
 // child process, one fresh server per test as upstream does with its embedded
 // etcd. KITE_K8S_BACKEND=etcd runs the very same tests against an embedded
 // etcd instead (upstream's testserver.RunEtcd), which proves the suite itself.
+//
+// KITE_K8S_DATASTORE chooses kite's storage: sqlite (default, kite.db in the
+// server's data dir) or postgres (every kite gets a fresh database of its own
+// on the Postgres server of KITE_TEST_POSTGRES; see postgres_test.go).
 var (
-	backend = envOr("KITE_K8S_BACKEND", "kite")
-	kiteBin string
+	backend   = envOr("KITE_K8S_BACKEND", "kite")
+	datastore = envOr("KITE_K8S_DATASTORE", "sqlite")
+	kiteBin   string
 )
 
 func envOr(name, def string) string {
@@ -46,8 +51,18 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	switch datastore {
+	case "sqlite", "postgres":
+	default:
+		fmt.Fprintf(os.Stderr, "KITE_K8S_DATASTORE=%q: want sqlite or postgres\n", datastore)
+		return 2
+	}
 	switch backend {
 	case "etcd":
+		if os.Getenv("KITE_K8S_DATASTORE") != "" {
+			fmt.Fprintln(os.Stderr, "KITE_K8S_DATASTORE chooses kite's storage: it means nothing with KITE_K8S_BACKEND=etcd")
+			return 2
+		}
 		fmt.Println("k8s storage suite: backend = embedded etcd")
 	case "kite":
 		bin, cleanup, err := buildKite()
@@ -57,7 +72,10 @@ func runMain(m *testing.M) int {
 		}
 		defer cleanup()
 		kiteBin = bin
-		fmt.Println("k8s storage suite: backend = kite", bin)
+		fmt.Printf("k8s storage suite: backend = kite (%s) %s\n", datastore, bin)
+		if datastore == "postgres" {
+			fmt.Println("k8s storage suite: a fresh Postgres database per kite on", adminWhere(adminDSN()))
+		}
 	default:
 		fmt.Fprintf(os.Stderr, "KITE_K8S_BACKEND=%q: want kite or etcd\n", backend)
 		return 2
@@ -101,7 +119,7 @@ func runServer(t testing.TB, opts serverOptions) *kubernetes.Client {
 		}
 		return testserver.RunEtcd(t, cfg)
 	}
-	endpoint := startKite(t, opts)
+	endpoint := startKite(t, opts).endpoint
 	client, err := kubernetes.New(clientv3.Config{
 		Endpoints:   []string{endpoint},
 		DialTimeout: 10 * time.Second,
@@ -120,37 +138,55 @@ func runServer(t testing.TB, opts serverOptions) *kubernetes.Client {
 // portLock serialises picking a free port and binding it, as testserver does.
 var portLock sync.Mutex
 
+// kiteServer is a kite the suite started.
+type kiteServer struct {
+	endpoint string // client URL
+	dataDir  string // --data-dir
+	dsn      string // --datastore-endpoint; "" in sqlite mode
+}
+
 // startKite starts kite on a free loopback port and waits until it answers
-// Status. It returns the client URL; the process is stopped when t ends.
-func startKite(t testing.TB, opts serverOptions) string {
+// Status; the process is stopped when t ends (and in postgres mode its
+// database dropped after that).
+func startKite(t testing.TB, opts serverOptions) kiteServer {
 	t.Helper()
 	portLock.Lock()
 	defer portLock.Unlock()
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		endpoint, err := tryStartKite(t, opts)
+		k, err := tryStartKite(t, opts)
 		if err == nil {
-			return endpoint
+			return k
 		}
 		lastErr = err
 	}
 	t.Fatalf("start kite: %v", lastErr)
-	return ""
+	return kiteServer{}
 }
 
-func tryStartKite(t testing.TB, opts serverOptions) (string, error) {
+func tryStartKite(t testing.TB, opts serverOptions) (kiteServer, error) {
+	var k kiteServer
+	if datastore == "postgres" {
+		// Registered before kite's own cleanup, so the database is dropped
+		// after kite stopped (t.Cleanup runs last-in first-out).
+		k.dsn = newDatabase(t)
+	}
 	port, err := freePort()
 	if err != nil {
-		return "", err
+		return k, err
 	}
 	endpoint := fmt.Sprintf("http://127.0.0.1:%d", port)
-	dir := t.TempDir()
+	k.endpoint = endpoint
+	k.dataDir = filepath.Join(t.TempDir(), "data")
 	args := []string{
 		"--name", "kite-k8s",
-		"--data-dir", filepath.Join(dir, "data"),
+		"--data-dir", k.dataDir,
 		"--listen-client-urls", endpoint,
 		"--advertise-client-urls", endpoint,
 		"--log-level", "warn",
+	}
+	if k.dsn != "" {
+		args = append(args, "--datastore-endpoint", k.dsn)
 	}
 	if opts.progressNotifyInterval != 0 {
 		args = append(args, "--watch-progress-notify-interval", opts.progressNotifyInterval.String())
@@ -163,7 +199,7 @@ func tryStartKite(t testing.TB, opts serverOptions) (string, error) {
 	// kite must not outlive a test process that dies without cleanup.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return "", err
+		return k, err
 	}
 	var waitErr error
 	exited := make(chan struct{})
@@ -181,7 +217,7 @@ func tryStartKite(t testing.TB, opts serverOptions) (string, error) {
 		stop()
 		logsMu.Lock()
 		defer logsMu.Unlock()
-		return "", fmt.Errorf("%w; kite output:\n%s", err, logs.String())
+		return k, fmt.Errorf("%w; kite output:\n%s", err, logs.String())
 	}
 	t.Cleanup(func() {
 		stop()
@@ -193,7 +229,14 @@ func tryStartKite(t testing.TB, opts serverOptions) (string, error) {
 			}
 		}
 	})
-	return endpoint, nil
+	if k.dsn != "" {
+		// Every kite of postgres mode must keep its data in Postgres, not
+		// in an SQLite file of its data dir.
+		if _, err := os.Stat(filepath.Join(k.dataDir, "kite.db")); err == nil {
+			t.Fatalf("postgres mode, but kite created %s", filepath.Join(k.dataDir, "kite.db"))
+		}
+	}
+	return k, nil
 }
 
 func freePort() (int, error) {

@@ -59,7 +59,7 @@ func (b *Backend) BeginWrite(ctx context.Context) (mvcc.WriteTx, error) {
 	pc, err := b.pool.Acquire(ctx)
 	if err != nil {
 		b.unlockWriter()
-		return nil, fmt.Errorf("begin write: acquire connection: %w", err)
+		return nil, unavailable(fmt.Errorf("begin write: acquire connection: %w", err))
 	}
 	w := &writeTx{reader: reader{conn: pc.Conn(), q: b.q, sticky: true}, b: b, pc: pc}
 	w.reader.pend = &w.pend
@@ -68,7 +68,7 @@ func (b *Backend) BeginWrite(ctx context.Context) (mvcc.WriteTx, error) {
 	batch.Queue(sqlWriteIdleTimeout)
 	batch.Queue(sqlLockRevisions).QueryRow(func(row pgx.Row) error { return row.Scan(&w.current, &w.compacted) })
 	if err := pc.SendBatch(ctx, batch).Close(); err != nil {
-		err = errors.Join(fmt.Errorf("begin write: lock revisions: %w", err), endTx(pc))
+		err = unavailable(errors.Join(fmt.Errorf("begin write: lock revisions: %w", err), endTx(pc)))
 		b.unlockWriter()
 		return nil, err
 	}

@@ -1,0 +1,45 @@
+package postgres
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/kite-db/kite/pkg/mvcc"
+)
+
+// unavailable marks an error that comes from the database being out of
+// reach (a restart, a failover, a cut connection) with mvcc.ErrUnavailable,
+// so clients get etcd's retryable Unavailable code instead of Unknown. Other
+// errors are returned as they are.
+func unavailable(err error) error {
+	if err == nil || errors.Is(err, mvcc.ErrUnavailable) || !isConnectionError(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", mvcc.ErrUnavailable, err)
+}
+
+// isConnectionError reports errors of the connection rather than of the
+// statement: SQLSTATE classes 08 (connection exception) and 57 (operator
+// intervention: shutdown, restart, crash recovery), too many connections,
+// and network or protocol failures below SQL.
+func isConnectionError(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case len(pgErr.Code) == 5 && (pgErr.Code[:2] == "08" || pgErr.Code[:2] == "57"):
+			return true
+		case pgErr.Code == "53300": // too_many_connections
+			return true
+		}
+		return false
+	}
+	var netErr net.Error
+	var connectErr *pgconn.ConnectError
+	return errors.As(err, &netErr) || errors.As(err, &connectErr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		pgconn.SafeToRetry(err) || pgconn.Timeout(err)
+}
