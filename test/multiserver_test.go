@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -336,5 +337,76 @@ func TestSharedServersLeaseExpiryFailover(t *testing.T) {
 			t.Fatalf("key of a 2 s lease still present 20 s after the other server died: %+v, %v", resp, err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestSharedServersStoppedPeer: a server that stops reading (SIGSTOP: its
+// LISTEN connection and everything else frozen) never stalls another
+// server's writes, and when it resumes its watchers catch up with no gap.
+func TestSharedServersStoppedPeer(t *testing.T) {
+	ks := startShared(t, 2)
+	ctx := testCtx(t, 2*time.Minute)
+	const prefix = "/stopped/"
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	var seen []seenEvent
+	var mu sync.Mutex
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := recordWatch(watchCtx, t, ks[1].Endpoint, prefix, &seen, &mu); err != nil {
+			t.Errorf("watch: %v", err)
+		}
+	}()
+	time.Sleep(200 * time.Millisecond) // the watch is established
+
+	if err := ks[1].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = ks[1].cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}
+	defer resume()
+	const writes = 1000
+	var last int64
+	for i := range writes {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := ks[0].Client.Put(wctx, fmt.Sprintf("%sk%d", prefix, i%50), fmt.Sprint(i))
+		cancel()
+		if err != nil {
+			t.Fatalf("write %d through server 0 while server 1 is stopped: %v", i, err)
+		}
+		last = resp.Header.Revision
+	}
+	resume()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		n := len(seen)
+		mu.Unlock()
+		if n >= writes {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the resumed server's watcher has %d of %d events", n, writes)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stopWatch()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != writes || seen[len(seen)-1].Rev != last || seen[0].Rev != last-writes+1 {
+		t.Fatalf("resumed watcher saw %d events, revisions %d..%d; want %d events ending at %d",
+			len(seen), seen[0].Rev, seen[len(seen)-1].Rev, writes, last)
+	}
+	for i := 1; i < len(seen); i++ {
+		if seen[i].Rev != seen[i-1].Rev+1 {
+			t.Fatalf("gap in the resumed watcher's events: %d then %d", seen[i-1].Rev, seen[i].Rev)
+		}
 	}
 }
