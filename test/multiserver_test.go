@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -13,6 +14,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kite-db/kite/pkg/drivers/postgres/pgtest"
@@ -409,4 +411,92 @@ func TestSharedServersStoppedPeer(t *testing.T) {
 			t.Fatalf("gap in the resumed watcher's events: %d then %d", seen[i-1].Rev, seen[i].Rev)
 		}
 	}
+}
+
+// TestSharedServersAlarm: a NOSPACE alarm raised through one server is seen
+// by the other, which refuses writes too; disarmed through the other, both
+// accept writes again.
+func TestSharedServersAlarm(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	const quota = "--quota-backend-bytes=2000000"
+	ks := []*kiteProcess{
+		startKiteIn(t, t.TempDir(), "--datastore-endpoint", dsn, quota),
+		startKiteIn(t, t.TempDir(), "--datastore-endpoint", dsn, quota),
+	}
+	ctx := testCtx(t, time.Minute)
+	var err error
+	for i := 0; i < 100 && err == nil; i++ {
+		// Random, so that Postgres cannot compress it away.
+		big := make([]byte, 150_000)
+		for j := range big {
+			big[j] = byte(rand.Uint32())
+		}
+		_, err = ks[0].Client.Put(ctx, fmt.Sprintf("big%d", i), string(big))
+	}
+	if !errors.Is(err, rpctypes.ErrNoSpace) {
+		t.Fatalf("filling the quota through server 0 ended with %v; want %v", err, rpctypes.ErrNoSpace)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		alarms, err := ks[1].Client.AlarmList(ctx)
+		if err == nil && len(alarms.Alarms) == 1 && alarms.Alarms[0].Alarm == pb.AlarmType_NOSPACE {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server 1 does not list the NOSPACE alarm raised through server 0: %+v, %v", alarms, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := ks[1].Client.Put(ctx, "small", "v"); !errors.Is(err, rpctypes.ErrNoSpace) {
+		t.Fatalf("put through server 1 under the alarm: %v; want %v", err, rpctypes.ErrNoSpace)
+	}
+	if _, err := ks[1].Client.Delete(ctx, "big", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ks[1].Client.Compact(ctx, mustRev(t, ks[1]), clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	// As an operator would: disarm once the space in use is below the quota
+	// (Postgres's statistics, behind the estimate, lag commits by seconds).
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		st, err := ks[0].Client.Status(ctx, ks[0].Endpoint)
+		if err == nil && st.DbSizeInUse < 2_000_000 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("space in use still above the quota 30 s after compaction: %+v, %v", st, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	alarms, err := ks[1].Client.AlarmList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range alarms.Alarms {
+		if _, err := ks[1].Client.AlarmDisarm(ctx, (*clientv3.AlarmMember)(a)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		_, err := ks[0].Client.Put(ctx, "after", "v")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			st, serr := ks[0].Client.Status(ctx, ks[0].Endpoint)
+			t.Fatalf("put through server 0 after the alarm was disarmed through server 1: %v (status %+v, %v)", err, st, serr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func mustRev(t *testing.T, k *kiteProcess) int64 {
+	t.Helper()
+	resp, err := k.Client.Get(testCtx(t, 10*time.Second), "any")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
 }

@@ -22,6 +22,12 @@ const kvOverhead = 256
 type quota struct {
 	limit int64 // <= 0: no quota
 	b     Backend
+	// inUse measures the bytes holding live rows instead of the whole
+	// database. A shared database server (postgres) reuses the space of
+	// rows that compaction removed without ever shrinking its files short
+	// of an exclusive rewrite of every table, so its total size, once past
+	// the quota, would stay past it.
+	inUse bool
 
 	mu        sync.Mutex // guards the fields below
 	size      int64
@@ -96,10 +102,25 @@ func (q *quota) afterCommit(ctx context.Context) {
 	}
 }
 
+// refreshIfForgotten reads the size again when setAlarms forgot it (a
+// disarmed NOSPACE), before the next write is judged by it: a server that
+// refuses every write never commits, so afterCommit would never refresh it.
+func (q *quota) refreshIfForgotten(ctx context.Context) {
+	q.mu.Lock()
+	forgotten := q.checkedAt.IsZero()
+	q.mu.Unlock()
+	if forgotten {
+		q.refresh(ctx)
+	}
+}
+
 func (q *quota) refresh(ctx context.Context) {
-	size, _, err := q.b.Size(ctx)
+	size, inUse, err := q.b.Size(ctx)
 	if err != nil {
 		return
+	}
+	if q.inUse {
+		size = inUse
 	}
 	q.mu.Lock()
 	q.size, q.checkedAt = size, time.Now()

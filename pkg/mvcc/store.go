@@ -116,6 +116,7 @@ func Open(ctx context.Context, b Backend, cfg Config) (*Store, error) {
 		// Subscribed before the state is loaded: no commit after the load
 		// can be missed.
 		s.shared, s.notices = sh, sh.Notices()
+		s.quota.inUse = true
 	} else {
 		s.primary.Store(true)
 	}
@@ -306,6 +307,7 @@ func (s *Store) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, err
 // quota exhausted raises the NOSPACE alarm through the write path, so the
 // alarm is stored like any other state, then fails as etcd's does.
 func (s *Store) admit(ctx context.Context, r *pb.InternalRaftRequest) (any, error) {
+	s.quota.refreshIfForgotten(ctx)
 	raise, err := s.quota.check(r)
 	if raise {
 		alarm := &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: s.cfg.MemberID, Alarm: pb.AlarmType_NOSPACE}
