@@ -40,6 +40,9 @@ type Server struct {
 	health    *health.Server
 	compactor *compactor
 	listeners []*trackingListener
+	// views hand each listener's connections to cmux once the store is
+	// open (opening.go); same order as listeners.
+	views []*handoffView
 
 	// errc receives the first serving error; Err returns it.
 	errc chan error
@@ -77,29 +80,46 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if s.lock, err = lockDataDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
-	if s.backend, err = cfg.OpenBackend(ctx); err != nil {
-		return nil, fmt.Errorf("open storage: %w", err)
-	}
-	s.store, err = mvcc.Open(ctx, s.backend, mvcc.Config{
-		QuotaBackendBytes:      cfg.QuotaBackendBytes,
-		ProgressNotifyInterval: cfg.WatchProgressNotifyInterval,
-		Logger:                 log.With("component", "mvcc"),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
-	}
-
+	// Bound first: a port in use fails before the storage is touched, and
+	// the probes answer while it opens (opening.go).
+	var handoffs []*handoff
 	for _, u := range cfg.ListenClientURLs {
 		l, err := listen(ctx, u)
 		if err != nil {
 			return nil, err
 		}
-		s.listeners = append(s.listeners, newTrackingListener(l))
+		tl := newTrackingListener(l)
+		h := newHandoff(tl)
+		s.listeners = append(s.listeners, tl)
+		s.views = append(s.views, h.view(true))
+		handoffs = append(handoffs, h)
+	}
+	opening := startOpeningServer(handoffs)
+	err = s.openStore(ctx)
+	opening.stop()
+	if err != nil {
+		return nil, err
 	}
 
 	s.buildServers()
 	s.compactor = newCompactor(log, s.store, cfg.AutoCompactionMode, retention)
 	return s, nil
+}
+
+// openStore opens the storage and the store over it.
+func (s *Server) openStore(ctx context.Context) (err error) {
+	if s.backend, err = s.cfg.OpenBackend(ctx); err != nil {
+		return fmt.Errorf("open storage: %w", err)
+	}
+	s.store, err = mvcc.Open(ctx, s.backend, mvcc.Config{
+		QuotaBackendBytes:      s.cfg.QuotaBackendBytes,
+		ProgressNotifyInterval: s.cfg.WatchProgressNotifyInterval,
+		Logger:                 s.log.With("component", "mvcc"),
+	})
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	return nil
 }
 
 // buildServers wires the gRPC services and the HTTP handler.
@@ -154,8 +174,8 @@ func (s *Server) Start() error {
 		return errors.New("server already started")
 	}
 	s.started = true
-	for _, l := range s.listeners {
-		m := cmux.New(l)
+	for i, l := range s.listeners {
+		m := cmux.New(s.views[i])
 		httpL := m.Match(cmux.HTTP1())
 		grpcL := m.Match(cmux.HTTP2())
 		s.serve("grpc", l, func() error { return s.grpc.Serve(grpcL) })
