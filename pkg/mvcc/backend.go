@@ -152,6 +152,17 @@ type WriteTx interface {
 	Commit() error
 }
 
+// Prefetcher is implemented by a WriteTx whose reads each cost a round trip
+// to a database server (postgres). Before applying a batch the writer names
+// the single keys the batch's requests will read (the keys of puts, of
+// single-key compares, ranges and deletes); the driver reads their live rows
+// in one statement and answers Get, and latest single-key Range, of those
+// keys from memory, its own writes included. A key it was not given is read
+// as usual. Prefetch is an optimisation: it must not change any answer.
+type Prefetcher interface {
+	Prefetch(ctx context.Context, keys [][]byte) error
+}
+
 // Change is one row of the revision log as the watch machinery sees it.
 type Change struct {
 	// Sub is the position of the change inside its revision.

@@ -198,6 +198,14 @@ func (s *Store) applyAndCommit(batch []*pending) ([]committed, error) {
 		_ = tx.Rollback()
 		return nil, fmt.Errorf("read revisions: %w", err)
 	}
+	if pf, ok := tx.(Prefetcher); ok {
+		if keys := batchKeys(batch); len(keys) > 0 {
+			if err := pf.Prefetch(s.ctx, keys); err != nil {
+				_ = tx.Rollback()
+				return nil, fmt.Errorf("prefetch: %w", err)
+			}
+		}
+	}
 	leases := &batchLeases{base: s.lessor, granted: map[int64]Lease{}, revoked: map[int64]bool{}}
 	var revs []committed
 	var alarms []*pb.AlarmMember // the alarm list after the batch, if it changed

@@ -36,6 +36,9 @@ type writeTx struct {
 	beganCompacted     int64
 
 	pend pending
+	// known holds live rows read by Prefetch and kept up to date by this
+	// transaction's writes (nil: the key does not exist); see prefetch.go.
+	known map[string]*mvccpb.KeyValue
 	// changed and dirty feed the commit notification.
 	changed mvcc.Changed
 	dirty   bool
@@ -129,8 +132,10 @@ func (w *writeTx) Put(ctx context.Context, kv *mvccpb.KeyValue, sub int64) error
 	}
 	key, value := nonNil(kv.Key), nonNil(kv.Value)
 	w.pend.appendLog(kv.ModRevision, int32(sub), key, kv.CreateRevision, kv.Version, kv.Lease, false, value)
-	w.pend.setLive(key, &mvccpb.KeyValue{Key: key, CreateRevision: kv.CreateRevision,
-		ModRevision: kv.ModRevision, Version: kv.Version, Lease: kv.Lease, Value: value})
+	live := &mvccpb.KeyValue{Key: key, CreateRevision: kv.CreateRevision,
+		ModRevision: kv.ModRevision, Version: kv.Version, Lease: kv.Lease, Value: value}
+	w.pend.setLive(key, live)
+	w.remember(key, live)
 	w.latest = max(w.latest, kv.ModRevision)
 	return w.flushIfLarge(ctx)
 }
@@ -146,6 +151,7 @@ func (w *writeTx) Delete(ctx context.Context, key []byte, rev, sub int64) error 
 	key = nonNil(key)
 	w.pend.appendLog(rev, int32(sub), key, 0, 0, 0, true, []byte{})
 	w.pend.setLive(key, nil)
+	w.remember(key, nil)
 	w.latest = max(w.latest, rev)
 	return w.flushIfLarge(ctx)
 }
@@ -159,12 +165,11 @@ func (w *writeTx) Get(ctx context.Context, key []byte) (*mvccpb.KeyValue, error)
 	if err := w.check(); err != nil {
 		return nil, err
 	}
-	if kv, ok := w.pend.live(key); ok {
+	if kv, ok := w.cached(key); ok {
 		if kv == nil {
 			return nil, nil
 		}
-		return &mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision,
-			Version: kv.Version, Lease: kv.Lease, Value: kv.Value}, nil
+		return copyKV(kv, false), nil
 	}
 	return w.get(ctx, key, false)
 }

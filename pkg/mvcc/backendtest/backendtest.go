@@ -72,6 +72,7 @@ func Run(t *testing.T, open func(t *testing.T) mvcc.Backend, opts ...Option) {
 		{"Snapshot", testSnapshot},
 		{"SizeAndDefragment", testSizeDefragment},
 		{"ModelSweep", testModelSweep},
+		{"PrefetchChangesNoAnswer", testPrefetch},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, e) })
