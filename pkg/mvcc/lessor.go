@@ -115,17 +115,6 @@ func (l *lessor) remaining(id int64) (granted, left int64, ok bool) {
 	return t.ttl, left, true
 }
 
-func (l *lessor) ids() []int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	ids := make([]int64, 0, len(l.leases))
-	for id := range l.leases {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	return ids
-}
-
 // expired marks and returns the leases whose time is up and that have no
 // revoke queued yet, in ID order.
 func (l *lessor) expired() []int64 {
