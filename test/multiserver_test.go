@@ -265,6 +265,30 @@ func TestSharedServersLeases(t *testing.T) {
 			t.Errorf("Leases on server %d = %+v, %v", i, ls, err)
 		}
 	}
+	// Kept alive through server 0 for longer than the TTL of a second
+	// lease: every server's clock follows, whichever runs expiry.
+	g2, err := ks[1].Client.Grant(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		if _, err := ks[0].Client.KeepAliveOnce(ctx, g2.ID); err != nil {
+			t.Fatalf("keep-alive through server 0: %v", err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	for i, k := range ks {
+		ttl, err := k.Client.TimeToLive(ctx, g2.ID)
+		if err != nil || ttl.TTL < 1 {
+			t.Errorf("TimeToLive on server %d of a lease kept alive through server 0 = %+v, %v; want TTL >= 1", i, ttl, err)
+		}
+		if _, err := k.Client.KeepAliveOnce(ctx, g2.ID); err != nil {
+			t.Errorf("keep-alive through server %d of a lease kept alive through server 0: %v", i, err)
+		}
+	}
+	if _, err := ks[0].Client.Revoke(ctx, g2.ID); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := ks[1].Client.Revoke(ctx, g.ID); err != nil {
 		t.Fatalf("revoke through another server: %v", err)
 	}

@@ -417,7 +417,7 @@ func (s *Store) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.
 
 // LeaseRenew restarts lease id's TTL and returns it (ErrLeaseNotFound if it
 // does not exist or has already expired). On a shared storage the renewal
-// is also sent to the other Stores, since another one may run lease expiry.
+// is also sent to the other Stores, whose clocks must follow it.
 func (s *Store) LeaseRenew(ctx context.Context, id int64) (int64, error) {
 	ttl, err := s.lessor.renew(id)
 	if errors.Is(err, ErrLeaseNotFound) && s.shared != nil {
@@ -427,7 +427,9 @@ func (s *Store) LeaseRenew(ctx context.Context, id int64) (int64, error) {
 		}
 		ttl, err = s.lessor.renew(id)
 	}
-	if err != nil || s.shared == nil || s.primary.Load() {
+	// Announced by the primary too: every Store's clock answers TimeToLive
+	// and KeepAlive, and any of them may become primary.
+	if err != nil || s.shared == nil {
 		return ttl, err
 	}
 	if err := s.shared.RenewLease(ctx, id); err != nil {
