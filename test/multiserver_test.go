@@ -5,15 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -31,50 +28,6 @@ func startShared(t *testing.T, n int) []*kiteProcess {
 	return ks
 }
 
-// seenEvent is one watch event as every server must report it.
-type seenEvent struct {
-	Rev   int64
-	Type  mvccpb.Event_EventType
-	Key   string
-	Value string
-	Prev  string // prev_kv value ("" when none)
-}
-
-// recordWatch watches prefix from revision 1 on its own client and collects
-// every event until ctx ends; a stream cut by a server restart is resumed
-// by clientv3 from the last revision it delivered.
-func recordWatch(ctx context.Context, t *testing.T, endpoint, prefix string, out *[]seenEvent, mu *sync.Mutex) error {
-	c, err := newClient(endpoint)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	next := int64(1)
-	for ctx.Err() == nil {
-		wch := c.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithRev(next))
-		for resp := range wch {
-			if resp.Err() != nil {
-				break
-			}
-			mu.Lock()
-			for _, ev := range resp.Events {
-				se := seenEvent{Rev: ev.Kv.ModRevision, Type: ev.Type, Key: string(ev.Kv.Key), Value: string(ev.Kv.Value)}
-				if ev.PrevKv != nil {
-					se.Prev = string(ev.PrevKv.Value)
-				}
-				*out = append(*out, se)
-				next = ev.Kv.ModRevision + 1
-			}
-			mu.Unlock()
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return nil
-}
-
 // TestSharedServersOneOrder: three kite servers on one database, a writer and
 // a watcher on each, one server SIGKILLed and restarted mid-run. Every
 // watcher sees the identical event sequence, revisions are dense, every
@@ -84,83 +37,37 @@ func TestSharedServersOneOrder(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const prefix = "/shared/"
-
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	events := make([][]seenEvent, len(ks))
-	var mus [3]sync.Mutex
-	var wwg sync.WaitGroup
-	for i, k := range ks {
-		wwg.Go(func() {
-			if err := recordWatch(watchCtx, t, k.Endpoint, prefix, &events[i], &mus[i]); err != nil {
-				t.Errorf("watch on server %d: %v", i, err)
+	ws := watchEvery(ctx, t, ks, prefix)
+	// Puts and deletes on keys of each writer's own; writers run until
+	// stopped, so server 1 dies while all of them write.
+	wr := startWriters(ctx, t, ks, func(ctx context.Context, c *clientv3.Client, i, n int) (ack, error) {
+		key := fmt.Sprintf("%ss%d/k%02d", prefix, i, rand.IntN(20))
+		if n%10 == 9 {
+			resp, err := c.Delete(ctx, key)
+			if err != nil || resp.Deleted == 0 {
+				return ack{}, err
 			}
-		})
-	}
-
-	type ack struct {
-		key, value string
-		rev        int64
-	}
-	var ackMu sync.Mutex
-	var acks []ack
-	var wg sync.WaitGroup
-	// Writers run until stop closes, so server 1 dies while all of them write.
-	stop := make(chan struct{})
-	var failed [3]int
-	for i, k := range ks {
-		wg.Go(func() {
-			c, err := newClient(k.Endpoint)
-			if err != nil {
-				t.Errorf("client %d: %v", i, err)
-				return
-			}
-			defer c.Close()
-			for j := 0; ; j++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				key := fmt.Sprintf("%ss%d/k%02d", prefix, i, rand.IntN(20))
-				value := fmt.Sprintf("v%d-%d", i, j)
-				wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
-				var rev int64
-				if j%10 == 9 {
-					var resp *clientv3.DeleteResponse
-					if resp, err = c.Delete(wctx, key); err == nil && resp.Deleted > 0 {
-						rev, value = resp.Header.Revision, ""
-					}
-				} else {
-					var resp *clientv3.PutResponse
-					if resp, err = c.Put(wctx, key, value); err == nil {
-						rev = resp.Header.Revision
-					}
-				}
-				wcancel()
-				if err != nil {
-					failed[i]++ // not acknowledged (server 1 restarting): nothing to check
-					continue
-				}
-				if rev == 0 {
-					continue // a delete of a missing key writes nothing
-				}
-				ackMu.Lock()
-				acks = append(acks, ack{key, value, rev})
-				ackMu.Unlock()
-			}
-		})
-	}
-	// Mid-run, server 1 dies without a word and comes back.
+			return ack{key, "", resp.Header.Revision}, nil
+		}
+		value := fmt.Sprintf("v%d-%d", i, n)
+		resp, err := c.Put(ctx, key, value)
+		if err != nil {
+			return ack{}, err
+		}
+		return ack{key, value, resp.Header.Revision}, nil
+	})
 	time.Sleep(500 * time.Millisecond)
 	ks[1].Kill()
 	time.Sleep(200 * time.Millisecond)
 	ks[1].Restart()
 	time.Sleep(500 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	acks, failed := wr.stop()
 	t.Logf("acknowledged writes: %d; failed writes per server: %v", len(acks), failed)
 	if failed[1] == 0 {
 		t.Errorf("no write through server 1 failed: it was not killed while writers ran")
+	}
+	if len(acks) < 100 {
+		t.Errorf("only %d writes acknowledged", len(acks))
 	}
 
 	// A last write through server 2 marks the end for every watcher.
@@ -169,49 +76,8 @@ func TestSharedServersOneOrder(t *testing.T) {
 		t.Fatalf("final put: %v", err)
 	}
 	last := end.Header.Revision
-	deadline := time.Now().Add(30 * time.Second)
-	for i := range ks {
-		for {
-			mus[i].Lock()
-			n := len(events[i])
-			done := n > 0 && events[i][n-1].Rev >= last
-			mus[i].Unlock()
-			if done {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("server %d's watcher has not reached revision %d (has %d events)", i, last, n)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	stopWatch()
-	wwg.Wait()
-
-	for i := 1; i < len(ks); i++ {
-		if !slices.Equal(events[0], events[i]) {
-			t.Errorf("server %d saw %d events, server 0 %d; first difference at %d", i, len(events[i]), len(events[0]), firstDiff(events[0], events[i]))
-		}
-	}
-	byRev := map[int64][]seenEvent{}
-	for _, ev := range events[0] {
-		byRev[ev.Rev] = append(byRev[ev.Rev], ev)
-	}
-	first := events[0][0].Rev
-	for rev := first; rev <= last; rev++ {
-		if len(byRev[rev]) == 0 {
-			t.Errorf("revision %d missing from the watch sequence (revisions must be dense)", rev)
-		}
-	}
-	for _, a := range acks {
-		evs := byRev[a.rev]
-		if !slices.ContainsFunc(evs, func(e seenEvent) bool { return e.Key == a.key && e.Value == a.value }) {
-			t.Errorf("acknowledged write %q=%q at revision %d not seen by the watchers (got %v)", a.key, a.value, a.rev, evs)
-		}
-	}
-	if len(acks) < 100 {
-		t.Errorf("only %d writes acknowledged", len(acks))
-	}
+	ws.waitFor(t, ks, last)
+	checkOneOrder(t, ws.stop(), last, acks)
 
 	var hashes []uint32
 	for i, k := range ks {
@@ -224,15 +90,6 @@ func TestSharedServersOneOrder(t *testing.T) {
 	if hashes[0] != hashes[1] || hashes[0] != hashes[2] {
 		t.Errorf("HashKV at revision %d differs between servers: %v", last, hashes)
 	}
-}
-
-func firstDiff(a, b []seenEvent) int {
-	for i := range min(len(a), len(b)) {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	return min(len(a), len(b))
 }
 
 // TestSharedServersLeases: a lease is one lease on every server. Granted on
@@ -373,17 +230,7 @@ func TestSharedServersStoppedPeer(t *testing.T) {
 	ks := startShared(t, 2)
 	ctx := testCtx(t, 2*time.Minute)
 	const prefix = "/stopped/"
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	var seen []seenEvent
-	var mu sync.Mutex
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := recordWatch(watchCtx, t, ks[1].Endpoint, prefix, &seen, &mu); err != nil {
-			t.Errorf("watch: %v", err)
-		}
-	}()
+	ws := watchEvery(ctx, t, ks[1:], prefix)
 	time.Sleep(200 * time.Millisecond) // the watch is established
 
 	if err := ks[1].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
@@ -409,23 +256,8 @@ func TestSharedServersStoppedPeer(t *testing.T) {
 		last = resp.Header.Revision
 	}
 	resume()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		mu.Lock()
-		n := len(seen)
-		mu.Unlock()
-		if n >= writes {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the resumed server's watcher has %d of %d events", n, writes)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	stopWatch()
-	<-done
-	mu.Lock()
-	defer mu.Unlock()
+	ws.waitFor(t, ks[1:], last)
+	seen := ws.stop()[0]
 	if len(seen) != writes || seen[len(seen)-1].Rev != last || seen[0].Rev != last-writes+1 {
 		t.Fatalf("resumed watcher saw %d events, revisions %d..%d; want %d events ending at %d",
 			len(seen), seen[0].Rev, seen[len(seen)-1].Rev, writes, last)
@@ -480,18 +312,12 @@ func TestSharedServersAlarm(t *testing.T) {
 	if _, err := ks[1].Client.Compact(ctx, mustRev(t, ks[1]), clientv3.WithCompactPhysical()); err != nil {
 		t.Fatal(err)
 	}
-	// As an operator would: disarm once the space in use is below the quota
-	// (Postgres's statistics, behind the estimate, lag commits by seconds).
-	deadline = time.Now().Add(30 * time.Second)
-	for {
-		st, err := ks[0].Client.Status(ctx, ks[0].Endpoint)
-		if err == nil && st.DbSizeInUse < 2_000_000 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("space in use still above the quota 30 s after compaction: %+v, %v", st, err)
-		}
-		time.Sleep(200 * time.Millisecond)
+	// As with etcd: compact, defragment, then disarm.
+	if _, err := ks[1].Client.Defragment(ctx, ks[1].Endpoint); err != nil {
+		t.Fatalf("defragment: %v", err)
+	}
+	if st, err := ks[0].Client.Status(ctx, ks[0].Endpoint); err != nil || st.DbSize >= 2_000_000 {
+		t.Fatalf("database size after compaction and defragment: %+v, %v; want below the quota", st, err)
 	}
 	alarms, err := ks[1].Client.AlarmList(ctx)
 	if err != nil {

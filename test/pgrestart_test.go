@@ -3,8 +3,6 @@ package test
 import (
 	"context"
 	"fmt"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,66 +28,24 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	defer cancel()
 	const prefix = "/pgrestart/"
 
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	events := make([][]seenEvent, len(ks))
-	var mus [2]sync.Mutex
-	var wwg sync.WaitGroup
-	for i, k := range ks {
-		wwg.Go(func() {
-			if err := recordWatch(watchCtx, t, k.Endpoint, prefix, &events[i], &mus[i]); err != nil {
-				t.Errorf("watch on server %d: %v", i, err)
+	ws := watchEvery(ctx, t, ks, prefix)
+	wr := startWriters(ctx, t, ks, func(ctx context.Context, c *clientv3.Client, i, n int) (ack, error) {
+		key, value := fmt.Sprintf("%ss%d/k%03d", prefix, i, n%100), fmt.Sprintf("v%d-%d", i, n)
+		resp, err := c.Put(ctx, key, value)
+		if err != nil {
+			// Unavailable (retryable) while Postgres is down; a client
+			// deadline if the server was waiting for it.
+			if code := status.Code(err); code != codes.Unavailable && code != codes.DeadlineExceeded {
+				t.Errorf("server %d: a write failed during the restart with %v; want Unavailable", i, err)
 			}
-		})
-	}
-
-	type ack struct {
-		key, value string
-		rev        int64
-	}
-	var ackMu sync.Mutex
-	var acks []ack
-	var failed [2]int
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i, k := range ks {
-		wg.Go(func() {
-			c, err := newClient(k.Endpoint)
-			if err != nil {
-				t.Errorf("client %d: %v", i, err)
-				return
-			}
-			defer c.Close()
-			for j := 0; ; j++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				key, value := fmt.Sprintf("%ss%d/k%03d", prefix, i, j%100), fmt.Sprintf("v%d-%d", i, j)
-				wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
-				resp, err := c.Put(wctx, key, value)
-				wcancel()
-				if err != nil {
-					// Unavailable (retryable) while Postgres is down; a
-					// client deadline if the server was waiting for it.
-					if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
-						t.Errorf("server %d: a write failed during the restart with %v; want Unavailable", i, err)
-					}
-					failed[i]++
-					time.Sleep(20 * time.Millisecond)
-					continue
-				}
-				ackMu.Lock()
-				acks = append(acks, ack{key, value, resp.Header.Revision})
-				ackMu.Unlock()
-			}
-		})
-	}
+			return ack{}, err
+		}
+		return ack{key, value, resp.Header.Revision}, nil
+	})
 	time.Sleep(time.Second)
 	pg.Restart()
 	time.Sleep(2 * time.Second)
-	close(stop)
-	wg.Wait()
+	acks, failed := wr.stop()
 	t.Logf("acknowledged writes: %d; failed writes per server: %v", len(acks), failed)
 
 	// Both servers serve again, and one more write through each works.
@@ -101,38 +57,9 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 		}
 		last = max(last, resp.Header.Revision)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for i := range ks {
-		for {
-			mus[i].Lock()
-			n := len(events[i])
-			done := n > 0 && events[i][n-1].Rev >= last
-			mus[i].Unlock()
-			if done {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("server %d's watcher has not reached revision %d (has %d events)\nlog:\n%s", i, last, n, ks[i].log.tail(4096))
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	stopWatch()
-	wwg.Wait()
-
-	if !slices.Equal(events[0], events[1]) {
-		t.Errorf("the servers' watchers saw different sequences (%d and %d events, first difference at %d)",
-			len(events[0]), len(events[1]), firstDiff(events[0], events[1]))
-	}
-	byRev := map[int64][]seenEvent{}
-	for _, ev := range events[0] {
-		byRev[ev.Rev] = append(byRev[ev.Rev], ev)
-	}
-	for rev := events[0][0].Rev; rev <= last; rev++ {
-		if len(byRev[rev]) == 0 {
-			t.Errorf("revision %d missing from the watch sequence", rev)
-		}
-	}
+	ws.waitFor(t, ks, last)
+	checkOneOrder(t, ws.stop(), last, acks)
+	// And every acknowledged write is stored at its revision.
 	for _, a := range acks {
 		resp, err := ks[0].Client.Get(ctx, a.key, clientv3.WithRev(a.rev))
 		if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != a.value || resp.Kvs[0].ModRevision != a.rev {

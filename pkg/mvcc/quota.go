@@ -22,12 +22,6 @@ const kvOverhead = 256
 type quota struct {
 	limit int64 // <= 0: no quota
 	b     Backend
-	// inUse measures the bytes holding live rows instead of the whole
-	// database. A shared database server (postgres) reuses the space of
-	// rows that compaction removed without ever shrinking its files short
-	// of an exclusive rewrite of every table, so its total size, once past
-	// the quota, would stay past it.
-	inUse bool
 
 	mu        sync.Mutex // guards the fields below
 	size      int64
@@ -115,12 +109,9 @@ func (q *quota) refreshIfForgotten(ctx context.Context) {
 }
 
 func (q *quota) refresh(ctx context.Context) {
-	size, inUse, err := q.b.Size(ctx)
+	size, _, err := q.b.Size(ctx)
 	if err != nil {
 		return
-	}
-	if q.inUse {
-		size = inUse
 	}
 	q.mu.Lock()
 	q.size, q.checkedAt = size, time.Now()

@@ -116,7 +116,6 @@ func Open(ctx context.Context, b Backend, cfg Config) (*Store, error) {
 		// Subscribed before the state is loaded: no commit after the load
 		// can be missed.
 		s.shared, s.notices = sh, sh.Notices()
-		s.quota.inUse = true
 	} else {
 		s.primary.Store(true)
 	}

@@ -38,21 +38,23 @@ func (b *Backend) Size(ctx context.Context) (size, inUse int64, err error) {
 	return size, min(inUse, size), nil
 }
 
-// Defragment implements mvcc.Backend with a plain VACUUM (and ANALYZE) of
-// kite's tables: dead rows left by compaction and overwrites become free
-// space that new rows reuse, and empty pages at the end of a table go back
-// to the file system. It does not block readers or writers of any kite
-// server. VACUUM FULL would give back every free page, but it takes an
-// exclusive lock that stops every read of the whole cluster while it
-// rewrites the tables; an operator can still run it by hand.
+// Defragment implements mvcc.Backend as etcd's defrag does its job: it
+// rewrites kite's tables (VACUUM FULL, then ANALYZE) so that the space rows
+// removed by compaction and overwrites is given back to the file system and
+// Size, which the quota compares, shrinks. Postgres reuses that space for
+// new rows anyway, as bbolt reuses free pages; like etcd's, the file only
+// shrinks through a defragment. The rewrite holds an exclusive lock on each
+// table while it runs, so every kite server on the database waits for it,
+// as every client of an etcd member waits for that member's defrag: run it
+// at a quiet time, once (not once per server).
 func (b *Backend) Defragment(ctx context.Context) error {
 	if b.closed.Load() {
 		return mvcc.ErrClosed
 	}
 	// Exec without arguments uses the simple protocol, outside any
 	// transaction block, as VACUUM requires.
-	if _, err := b.pool.Exec(ctx, "VACUUM (ANALYZE) "+strings.Join(kiteTables(), ", ")); err != nil {
-		return fmt.Errorf("defragment: vacuum: %w", err)
+	if _, err := b.pool.Exec(ctx, "VACUUM (FULL, ANALYZE) "+strings.Join(kiteTables(), ", ")); err != nil {
+		return unavailable(fmt.Errorf("defragment: vacuum: %w", err))
 	}
 	b.log.Info("defragmented")
 	return nil
