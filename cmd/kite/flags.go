@@ -118,14 +118,7 @@ func envName(flagName string) string {
 // config turns the flags into a server.Config. The storage is chosen here,
 // by pkg/datastore, not in pkg/server.
 func (f *serveFlags) config(log *slog.Logger) server.Config {
-	ds := datastore.Config{
-		Endpoint:        f.datastoreEndpoint,
-		DataDir:         f.dataDir,
-		MaxOpenConns:    f.datastoreMaxOpenConns,
-		MaxIdleConns:    f.datastoreMaxIdleConns,
-		ConnMaxLifetime: f.datastoreConnMaxLifetime,
-		Logger:          log,
-	}
+	ds := f.datastore(log)
 	return server.Config{
 		Name:    f.name,
 		DataDir: f.dataDir,
@@ -142,6 +135,18 @@ func (f *serveFlags) config(log *slog.Logger) server.Config {
 		AutoCompactionRetention:     f.autoCompactionRetention,
 		EnablePprof:                 f.enablePprof,
 		Logger:                      log,
+	}
+}
+
+// datastore says where the data lives, from --datastore-* and --data-dir.
+func (f *serveFlags) datastore(log *slog.Logger) datastore.Config {
+	return datastore.Config{
+		Endpoint:        f.datastoreEndpoint,
+		DataDir:         f.dataDir,
+		MaxOpenConns:    f.datastoreMaxOpenConns,
+		MaxIdleConns:    f.datastoreMaxIdleConns,
+		ConnMaxLifetime: f.datastoreConnMaxLifetime,
+		Logger:          log,
 	}
 }
 

@@ -50,6 +50,30 @@ func TestParseServeFlagsEnv(t *testing.T) {
 	}
 }
 
+// TestParseDatastoreFlags: k3s's datastore flags and their KITE_ variables
+// reach the storage's configuration.
+func TestParseDatastoreFlags(t *testing.T) {
+	f, err := parseServeFlags(
+		[]string{"--datastore-max-open-connections=20", "--data-dir", "/d"},
+		env(map[string]string{
+			"KITE_DATASTORE_ENDPOINT":                "postgres://u:p@db/kite",
+			"KITE_DATASTORE_MAX_OPEN_CONNECTIONS":    "99",
+			"KITE_DATASTORE_MAX_IDLE_CONNECTIONS":    "3",
+			"KITE_DATASTORE_CONNECTION_MAX_LIFETIME": "90s",
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := f.datastore(nil)
+	if ds.Endpoint != "postgres://u:p@db/kite" || ds.DataDir != "/d" || ds.MaxOpenConns != 20 ||
+		ds.MaxIdleConns != 3 || ds.ConnMaxLifetime != 90*time.Second {
+		t.Errorf("datastore config: %+v", ds)
+	}
+	if f.config(nil).OpenBackend == nil {
+		t.Error("server config has no storage opener")
+	}
+}
+
 func TestParseServeFlagsAlias(t *testing.T) {
 	f, err := parseServeFlags([]string{"--experimental-watch-progress-notify-interval=3s"},
 		env(map[string]string{"KITE_WATCH_PROGRESS_NOTIFY_INTERVAL": "9s"}))
