@@ -59,8 +59,8 @@ func runMain(m *testing.M) int {
 	}
 	switch backend {
 	case "etcd":
-		if os.Getenv("KITE_K8S_DATASTORE") != "" {
-			fmt.Fprintln(os.Stderr, "KITE_K8S_DATASTORE chooses kite's storage: it means nothing with KITE_K8S_BACKEND=etcd")
+		if datastore != "sqlite" {
+			fmt.Fprintf(os.Stderr, "KITE_K8S_DATASTORE=%s chooses kite's storage: it means nothing with KITE_K8S_BACKEND=etcd\n", datastore)
 			return 2
 		}
 		fmt.Println("k8s storage suite: backend = embedded etcd")

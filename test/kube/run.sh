@@ -9,13 +9,51 @@
 # on any failed check; every process it starts is stopped on exit.
 #
 # Environment:
-#   KITE_KUBE_KEEP=1   keep the work directory (logs, data) after the run
+#   KITE_KUBE_KEEP=1   keep the work directory (logs, data) after the run, and
+#                      the Postgres database of KITE_KUBE_DATASTORE=postgres
 #   KITE_KUBE_WORK=DIR use DIR as the work directory (default: mktemp)
+#   KITE_DATASTORE_ENDPOINT=URL
+#                      kite's --datastore-endpoint, at the start and at the
+#                      restart (default: none, SQLite kite.db in kite's data dir)
+#   KITE_KUBE_DATASTORE=sqlite|postgres
+#                      postgres: create a fresh database kite_kube_<hex> with
+#                      createdb on 127.0.0.1 (user postgres; PGPORT, default
+#                      5432), run kite on it and drop it at exit
 set -Eeuo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 export PATH="/usr/local/go/bin:$PATH"
+
+# Storage: DATASTORE is what kite runs on (sqlite or postgres), ENDPOINT
+# its --datastore-endpoint ("" for kite.db in its data dir).
+KITE_KUBE_DATASTORE=${KITE_KUBE_DATASTORE:-sqlite}
+ENDPOINT=${KITE_DATASTORE_ENDPOINT:-}
+PG_DB=""      # the database this script created (KITE_KUBE_DATASTORE=postgres)
+PG_CHECK=""   # a psql connection string to look into kite's database
+case "$KITE_KUBE_DATASTORE" in
+sqlite) ;;
+postgres)
+  if [ -n "$ENDPOINT" ]; then
+    echo "KITE_KUBE_DATASTORE=postgres creates a database of its own: unset KITE_DATASTORE_ENDPOINT" >&2
+    exit 2
+  fi
+  ;;
+*)
+  echo "KITE_KUBE_DATASTORE=$KITE_KUBE_DATASTORE: want sqlite or postgres" >&2
+  exit 2
+  ;;
+esac
+case "$ENDPOINT" in
+"" | sqlite://*) DATASTORE=sqlite ;;
+postgres://* | postgresql://*) DATASTORE=postgres PG_CHECK=$ENDPOINT ;;
+*)
+  echo "KITE_DATASTORE_ENDPOINT: want sqlite://PATH or postgres://..." >&2
+  exit 2
+  ;;
+esac
+if [ "$KITE_KUBE_DATASTORE" = postgres ]; then DATASTORE=postgres; fi
+PG_ADMIN=(-h 127.0.0.1 -p "${PGPORT:-5432}" -U postgres)
 
 WORK=${KITE_KUBE_WORK:-$(mktemp -d /tmp/kite-kube.XXXXXX)}
 mkdir -p "$WORK"
@@ -57,15 +95,45 @@ summary() {
   echo
   echo "================ kube-apiserver on kite: summary ================"
   echo "kubernetes: kube-apiserver/kube-controller-manager/kubectl $(sed -n 's/^\tk8s.io\/kubernetes \(v[^ ]*\).*/\1/p' "$HERE/go.mod")"
+  echo "kite storage: $(storage_desc)"
   for t in "${TIMINGS[@]}"; do echo "  $t"; done
   for f in "${FAILURES[@]}"; do echo "  FAILED: $f"; done
   echo "total $(($(date +%s) - T0))s; work dir $WORK"
   echo "kube-e2e: $PASSED passed, $FAILED failed"
 }
 
+storage_desc() {
+  if [ "$KITE_KUBE_DATASTORE" = postgres ]; then
+    echo "postgres, database ${PG_DB:-(not created)} on 127.0.0.1:${PGPORT:-5432} (KITE_KUBE_DATASTORE=postgres)"
+  elif [ "$DATASTORE" = postgres ]; then
+    echo "postgres, KITE_DATASTORE_ENDPOINT $(redact "$ENDPOINT")"
+  elif [ -n "$ENDPOINT" ]; then
+    echo "sqlite, $ENDPOINT"
+  else
+    echo "sqlite, kite.db in kite's data dir"
+  fi
+}
+redact() { sed -E 's#(://[^:/@]*:)[^@]*@#\1xxxxx@#' <<<"$1"; }
+
+# drop_db: drop the database this script created, once kite has stopped.
+drop_db() {
+  [ -n "$PG_DB" ] || return 0
+  if [ "${KITE_KUBE_KEEP:-}" = 1 ]; then
+    echo "KITE_KUBE_KEEP=1: keeping database $PG_DB (dropdb -h 127.0.0.1 -U postgres --force $PG_DB)"
+    return 0
+  fi
+  if psql "${PG_ADMIN[@]}" -d postgres -q -v ON_ERROR_STOP=1 \
+    -c "DROP DATABASE IF EXISTS \"$PG_DB\" WITH (FORCE)" >/dev/null 2>"$WORK/dropdb.err"; then
+    echo "dropped database $PG_DB"
+  else
+    fail "drop database $PG_DB: $(cat "$WORK/dropdb.err")"
+  fi
+}
+
 cleanup() {
   local rc=$?
   for name in "${!PIDS[@]}"; do stop_pid "$name"; done
+  drop_db
   if [ "$rc" -ne 0 ] || [ "$FAILED" -ne 0 ]; then
     for f in "$LOGS"/*.log; do
       [ -f "$f" ] || continue
@@ -128,16 +196,30 @@ build() {
 }
 timed "build (kite, etcdctl, kube-apiserver, kube-controller-manager, kubectl)" build
 
+if [ "$KITE_KUBE_DATASTORE" = postgres ]; then
+  # A fresh database for this run; cleanup drops it after kite stopped.
+  name="kite_kube_$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
+  if ! createdb "${PG_ADMIN[@]}" "$name" 2>"$LOGS/createdb.log"; then
+    die "createdb $name on 127.0.0.1:${PGPORT:-5432} (user postgres): $(cat "$LOGS/createdb.log")"
+  fi
+  PG_DB=$name
+  ENDPOINT="postgres://postgres@127.0.0.1:${PGPORT:-5432}/$PG_DB?sslmode=disable"
+  PG_CHECK=$ENDPOINT
+fi
+log "kite storage: $(storage_desc)"
+
 KITE_PORT=$(free_port)
 KITE_URL="http://127.0.0.1:$KITE_PORT"
 KITE_DATA="$WORK/kite-data"
+KITE_STORAGE_FLAGS=()
+[ -z "$ENDPOINT" ] || KITE_STORAGE_FLAGS=(--datastore-endpoint "$ENDPOINT")
 etcdctl() { "$BIN/etcdctl" --endpoints="$KITE_URL" --command-timeout=10s "$@"; }
 kite_count() { # kite_count KEY [--prefix]: number of keys kite holds
   etcdctl get "$@" --keys-only -w json | jq -r '.count // 0'
 }
 
 start_kite() {
-  "$BIN/kite" --name kite-kube --data-dir "$KITE_DATA" \
+  "$BIN/kite" --name kite-kube --data-dir "$KITE_DATA" "${KITE_STORAGE_FLAGS[@]}" \
     --listen-client-urls "$KITE_URL" --advertise-client-urls "$KITE_URL" \
     --log-level warn >>"$LOGS/kite.log" 2>&1 &
   PIDS[kite]=$!
@@ -259,6 +341,43 @@ check "secret secret-321 value" \
 check "configmaps stored in kite (etcdctl count)" \
   "$(kite_count /registry/configmaps/kite-bulk/ --prefix)" 500
 
+# The storage under test holds the data, straight from the storage itself.
+storage_check() {
+  local db rev got
+  case "$DATASTORE" in
+  sqlite)
+    db=${ENDPOINT#sqlite://}
+    [ -n "$db" ] || db="$KITE_DATA/kite.db"
+    if [ -e "$db" ]; then pass "sqlite mode: kite's database is $db"; else fail "sqlite mode, but no database at $db"; fi
+    ;;
+  postgres)
+    if [ -e "$KITE_DATA/kite.db" ]; then
+      fail "postgres mode, but kite wrote $KITE_DATA/kite.db"
+    else
+      pass "postgres mode: no kite.db in kite's data dir"
+    fi
+    rev=$(etcdctl endpoint status -w json | jq -r '.[0].Status.header.revision')
+    if ! [[ $rev =~ ^[0-9]+$ ]]; then
+      fail "postgres mode: kite's revision from etcdctl endpoint status: '$rev'"
+      return 0
+    fi
+    if ! got=$(psql "$PG_CHECK" -XAtq -v ON_ERROR_STOP=1 -c "SELECT
+        (SELECT count(*) FROM kite_live
+          WHERE key >= '/registry/configmaps/kite-bulk/'::bytea AND key < '/registry/configmaps/kite-bulk0'::bytea),
+        (SELECT current_rev >= $rev FROM kite_revision)" 2>&1); then
+      if [ -n "$PG_DB" ]; then
+        fail "psql on kite's database $PG_DB: $got"
+      else
+        log "SKIP: the Postgres check: psql cannot use KITE_DATASTORE_ENDPOINT: $got"
+      fi
+      return 0
+    fi
+    check "postgres mode: kite-bulk configmaps in kite_live of kite's database, kite_revision at or past $rev" "$got" "500|t"
+    ;;
+  esac
+}
+storage_check
+
 log "watch-list: watch with sendInitialEvents=true"
 kubectl get --raw "/api/v1/namespaces/kite-bulk/configmaps?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&labelSelector=bulk%3Dtrue&timeoutSeconds=5" \
   >"$WORK/watchlist.json" 2>"$LOGS/kubectl-watchlist.log" || true
@@ -323,7 +442,7 @@ if wait_for 90 "apiserver compacted past revision $REV_BEFORE_BULK" compacted_pa
 fi
 if grep -q "compact failed" "$LOGS/kube-apiserver.log"; then fail "kube-apiserver logged 'compact failed'"; fi
 
-log "kite SIGKILL + restart on the same data dir"
+log "kite SIGKILL + restart on the same data dir and storage ($DATASTORE)"
 # kube-apiserver and kube-controller-manager keep writing (leases), so the
 # revision at the kill is not known exactly: a write acknowledged just before
 # it must survive with its revision, and writes after it may or may not.
