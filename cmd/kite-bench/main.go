@@ -5,7 +5,16 @@
 //
 //	kite-bench --endpoints http://127.0.0.1:2379 [--workloads put@64,get,...]
 //	kite-bench --compare --kite-binary ./kite [--memory-keys 100000]
+//	kite-bench --compare --datastore postgres [--kite-servers 2] [--kine-binary auto]
 //	kite-bench --smoke --endpoints ...      every workload, tiny (CI)
+//	kite-bench build-kine [--dir D]          build the kine reference, print its path
+//
+// In postgres mode (--datastore postgres) kite runs on a fresh database
+// that kite-bench creates on --postgres-admin and drops at the end, and
+// --kine-binary adds kine (github.com/k3s-io/kine), the storage shim k3s
+// uses, on a fresh database of its own as a second reference. kine is not
+// a dependency of kite's module: kine.go builds it with the go command
+// from its own module (see buildKine).
 //
 // `kite-bench etcd-server --data-dir D --listen URL` is the hidden reference
 // server that --compare starts as its own process.
@@ -50,11 +59,33 @@ type config struct {
 	jsonPath    string
 	workDir     string
 	startupWait time.Duration
+
+	// Postgres mode (--compare only).
+	datastore     string // datastoreSQLite or datastorePostgres
+	postgresAdmin string
+	kiteServers   int
+	kineBinary    string // "": no kine; kineAuto: build it; else a path
+	kineServers   int
+	kineCacheDir  string
+
+	// CPU profiles of kite (started with --enable-pprof) during these
+	// workloads, written to profileDir.
+	profile    map[string]bool
+	profileDir string
 }
+
+// Storage kinds of --datastore.
+const (
+	datastoreSQLite   = "sqlite"
+	datastorePostgres = "postgres"
+)
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == etcdServerCommand {
 		os.Exit(runEtcdServer(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == buildKineCommand {
+		os.Exit(runBuildKine(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	os.Exit(runMain(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -84,7 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, slog.Level, error) {
 	cfg := &config{}
 	fs := flag.NewFlagSet("kite-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var endpoints, workloads, logLevel string
+	var endpoints, workloads, logLevel, profile string
 	fs.StringVar(&endpoints, "endpoints", "", "comma-separated loopback client URLs to benchmark (not with --compare)")
 	fs.BoolVar(&cfg.compare, "compare", false, "start a reference etcd and kite, run every workload on both, print kite/etcd ratios")
 	fs.StringVar(&cfg.kiteBinary, "kite-binary", "", "kite binary for --compare (default: kite next to kite-bench, then $PATH); \"etcd\" runs a second reference etcd instead")
@@ -105,6 +136,15 @@ func parseFlags(args []string, stderr io.Writer) (*config, slog.Level, error) {
 	fs.StringVar(&cfg.workDir, "work-dir", "", "parent of the temporary data directories of --compare (default: $TMPDIR)")
 	fs.DurationVar(&cfg.startupWait, "startup-timeout", 60*time.Second, "how long a started server may take to answer")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&cfg.datastore, "datastore", datastoreSQLite, "with --compare: kite's storage, sqlite (its data dir) or postgres (a fresh database on --postgres-admin, dropped at the end)")
+	fs.StringVar(&cfg.postgresAdmin, "postgres-admin", defaultPostgresAdmin, "postgres mode: a loopback postgres:// URL of a role that may create databases; the benchmark's databases are made from it (its password is never printed)")
+	fs.IntVar(&cfg.kiteServers, "kite-servers", 1, "postgres mode: kite servers sharing the one database, each with its own data dir and port; connections are spread over them round-robin")
+	fs.StringVar(&cfg.kineBinary, "kine-binary", "", "postgres mode: add kine "+kineVersion+" as a second reference on its own fresh database; a kine binary, or \""+kineAuto+"\" to build it from its Go module (see \"How kine is built\" above)")
+	fs.IntVar(&cfg.kineServers, "kine-servers", 1, "postgres mode: kine servers sharing kine's database (2 to measure kine's cross-server watch, which polls)")
+	fs.StringVar(&cfg.kineCacheDir, "kine-cache", "", "where --kine-binary "+kineAuto+" keeps the kine it builds (default: $XDG_CACHE_HOME/kite-bench/kine-"+kineVersion+")")
+	fs.StringVar(&profile, "profile", "", "comma-separated workload labels (or \"all\") during which to take a CPU profile of every kite server (started with --enable-pprof), with --compare")
+	fs.StringVar(&cfg.profileDir, "profile-dir", ".", "where --profile writes kite-WORKLOAD[-sN].pprof")
+	fs.Usage = func() { usage(fs) }
 	if err := fs.Parse(args); err != nil {
 		return nil, 0, err
 	}
@@ -117,6 +157,14 @@ func parseFlags(args []string, stderr io.Writer) (*config, slog.Level, error) {
 	}
 	if endpoints != "" {
 		cfg.endpoints = strings.Split(endpoints, ",")
+	}
+	if profile != "" {
+		cfg.profile = map[string]bool{}
+		for p := range strings.SplitSeq(profile, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				cfg.profile[p] = true
+			}
+		}
 	}
 	if cfg.smoke {
 		applySmoke(cfg)
@@ -137,7 +185,7 @@ func applySmoke(cfg *config) {
 	cfg.total = 100
 	cfg.duration = 2 * time.Second
 	cfg.clients = min(cfg.clients, 4)
-	cfg.conns = min(cfg.conns, 2)
+	cfg.conns = min(cfg.conns, max(2, cfg.kiteServers, cfg.kineServers)) // a connection to every server
 	cfg.watchers = 4
 	cfg.events = 25
 	cfg.memoryKeys = min(cfg.memoryKeys, 1000)
@@ -157,6 +205,25 @@ func validate(cfg *config) error {
 		return errors.New("--clients, --conns and --keys must be at least 1, --val-size at least 0")
 	case cfg.watchers < 1 || cfg.events < 1:
 		return errors.New("--watchers and --events must be at least 1")
+	case cfg.datastore != datastoreSQLite && cfg.datastore != datastorePostgres:
+		return fmt.Errorf("--datastore %q: want %s or %s", cfg.datastore, datastoreSQLite, datastorePostgres)
+	case cfg.datastore == datastorePostgres && !cfg.compare:
+		return errors.New("--datastore postgres needs --compare (it sets up the servers it measures)")
+	case cfg.kiteServers < 1 || cfg.kineServers < 1:
+		return errors.New("--kite-servers and --kine-servers must be at least 1")
+	case cfg.datastore != datastorePostgres && (cfg.kiteServers > 1 || cfg.kineServers > 1 || cfg.kineBinary != ""):
+		return errors.New("--kite-servers, --kine-servers and --kine-binary need --datastore postgres")
+	case cfg.datastore == datastorePostgres && cfg.kiteBinary == "etcd":
+		return errors.New("--kite-binary etcd cannot run on --datastore postgres")
+	case cfg.conns < max(cfg.kiteServers, cfg.kineServers):
+		return errors.New("--conns must be at least --kite-servers and --kine-servers (each server needs a connection)")
+	case cfg.profile != nil && !cfg.compare:
+		return errors.New("--profile needs --compare (it starts kite with --enable-pprof)")
+	}
+	if cfg.datastore == datastorePostgres {
+		if err := checkPostgresURL(cfg.postgresAdmin); err != nil {
+			return err
+		}
 	}
 	for _, ep := range cfg.endpoints {
 		if err := checkLoopback(ep); err != nil {
@@ -164,4 +231,40 @@ func validate(cfg *config) error {
 		}
 	}
 	return nil
+}
+
+// usage prints what --help shows: the modes, how the kine reference is
+// built, then every flag.
+func usage(fs *flag.FlagSet) {
+	w := fs.Output()
+	fmt.Fprint(w, `kite-bench: Kubernetes-shaped load on etcd v3 endpoints.
+
+  kite-bench --endpoints URL[,URL...] [flags]     measure running servers
+  kite-bench --compare [flags]                    reference etcd and kite side by side, kite/etcd ratios
+  kite-bench --compare --datastore postgres [--kite-servers N] [--kine-binary auto|PATH] [flags]
+        kite on a fresh database of --postgres-admin (dropped at the end); with
+        --kine-binary, kine `+kineVersion+` on another fresh database as a second
+        reference, and kite/kine ratios. kine implements only what Kubernetes uses:
+        a workload it cannot serve is reported "unsupported by kine" with its error.
+  kite-bench build-kine [--dir DIR]               build kine, print the binary's path
+
+With --kite-servers N (postgres mode) the N kite servers share one database
+and the connections are spread over them round-robin (connection i talks to
+server i mod N; client i uses connection i mod --conns). The watch-remote
+workload measures watch delivery across servers: one writer on the first
+server puts --events keys at --watch-rate (100/s by default), W watchers
+(watch-remote@W, default --clients) on the other servers; it reports the
+latency from each put's acknowledgement to each watcher's receipt, and every
+event missed or delivered twice. On a single server it runs there, and says so.
+
+How kine is built: kine is not in kite's go.mod. "--kine-binary auto" (or
+build-kine) runs "GOBIN=DIR go install github.com/k3s-io/kine@`+kineVersion+`" with
+the go command on $PATH, into --kine-cache, and reuses that binary afterwards.
+Should kine's go.mod carry replace directives (go install refuses those), it
+builds in a throwaway module instead: go mod init, the same replace
+directives, go get github.com/k3s-io/kine@`+kineVersion+`, go build.
+
+Flags:
+`)
+	fs.PrintDefaults()
 }

@@ -27,8 +27,17 @@ type result struct {
 	Missed     int64   `json:"missed"`
 	Duplicates int64   `json:"duplicates"`
 	// RSSBytes is the server's resident memory after the workload, when the
-	// server is a process this run started (--compare).
+	// server is a process this run started (--compare); with several
+	// servers on one database, their sum (the database server not counted).
 	RSSBytes int64 `json:"rss_bytes,omitempty"`
+	// FirstError is the first failed operation's error, when errors > 0.
+	FirstError string `json:"first_error,omitempty"`
+	// NotServed: a partial reference (kine) did not serve the workload;
+	// Note says why ("unsupported by kine: ..." or "failed on kine: ...").
+	NotServed bool `json:"not_served,omitempty"`
+	// Note qualifies the row ("unsupported by kine: ...", or a watch-remote
+	// on one server, where writer and watchers share it).
+	Note string `json:"note,omitempty"`
 }
 
 func newResult(target string, s spec, ops int64, elapsed time.Duration, h *histogram, errs int64) result {
@@ -64,45 +73,76 @@ func writeJSONLine(w io.Writer, r result) error {
 	return nil
 }
 
-// writeTable prints every result as a readable table.
+// writeTable prints every result as a readable table, then the notes of
+// the rows that have one.
 func writeTable(w io.Writer, results []result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "target\tworkload\tclients\tops\tseconds\tops/s\tp50 ms\tp90 ms\tp99 ms\tmax ms\terrors\tmissed\tdups\tRSS MiB\t")
+	var notes []string
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t\n",
-			r.Target, r.Workload, r.Clients, r.Ops, r.Seconds, r.OpsPerSec,
-			msCell(r, r.P50ms), msCell(r, r.P90ms), msCell(r, r.P99ms), msCell(r, r.MaxMs),
-			r.Errors, r.Missed, r.Duplicates, mib(r.RSSBytes))
+		if r.NotServed {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", r.Target, r.Workload, r.Clients)
+		} else {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t\n",
+				r.Target, r.Workload, r.Clients, r.Ops, r.Seconds, r.OpsPerSec,
+				msCell(r, r.P50ms), msCell(r, r.P90ms), msCell(r, r.P99ms), msCell(r, r.MaxMs),
+				r.Errors, r.Missed, r.Duplicates, mib(r.RSSBytes))
+		}
+		switch {
+		case r.Note != "":
+			notes = append(notes, fmt.Sprintf("%s/%s: %s", r.Target, r.Workload, r.Note))
+		case r.Errors > 0 && r.FirstError != "":
+			notes = append(notes, fmt.Sprintf("%s/%s: %d errors, the first: %s", r.Target, r.Workload, r.Errors, r.FirstError))
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write table: %w", err)
 	}
+	for _, n := range notes {
+		if _, err := fmt.Fprintln(w, "  "+n); err != nil {
+			return fmt.Errorf("write table: %w", err)
+		}
+	}
 	return nil
 }
 
-// writeRatios prints, per workload, kite's numbers over etcd's: a
-// throughput ratio above 1 and a latency or memory ratio below 1 favour kite.
-func writeRatios(w io.Writer, results []result, kite, etcd string) error {
+// writeRatios prints, per workload, num's numbers over den's (kite over
+// etcd, kite over kine): a throughput ratio above 1 and a latency or
+// memory ratio below 1 favour num.
+func writeRatios(w io.Writer, results []result, num, den string) error {
 	byKey := make(map[[2]string]result, len(results))
 	var order []string
 	for _, r := range results {
-		if _, seen := byKey[[2]string{etcd, r.Workload}]; !seen && r.Target == etcd {
+		if _, seen := byKey[[2]string{den, r.Workload}]; !seen && r.Target == den {
 			order = append(order, r.Workload)
 		}
 		byKey[[2]string{r.Target, r.Workload}] = r
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "workload\t%[1]s ops/s\t%[2]s ops/s\tthroughput %[2]s/%[1]s\tp50 %[2]s/%[1]s\t%[1]s p99 ms\t%[2]s p99 ms\tp99 %[2]s/%[1]s\t%[1]s RSS MiB\t%[2]s RSS MiB\tRSS %[2]s/%[1]s\t%[2]s errors/missed/dups\t\n", etcd, kite)
+	fmt.Fprintf(tw, "workload\t%[1]s ops/s\t%[2]s ops/s\tthroughput %[2]s/%[1]s\t%[1]s p50 ms\t%[2]s p50 ms\tp50 %[2]s/%[1]s\t%[1]s p99 ms\t%[2]s p99 ms\tp99 %[2]s/%[1]s\t%[1]s RSS MiB\t%[2]s RSS MiB\tRSS %[2]s/%[1]s\t%[1]s errors/missed/dups\t%[2]s errors/missed/dups\t\n", den, num)
+	var notes []string
 	for _, wl := range order {
-		e, k := byKey[[2]string{etcd, wl}], byKey[[2]string{kite, wl}]
-		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d/%d\t\n",
-			wl, e.OpsPerSec, k.OpsPerSec, ratio(k.OpsPerSec, e.OpsPerSec), ratio(k.P50ms, e.P50ms),
-			msCell(e, e.P99ms), msCell(k, k.P99ms), ratio(k.P99ms, e.P99ms),
-			mib(e.RSSBytes), mib(k.RSSBytes), ratio(float64(k.RSSBytes), float64(e.RSSBytes)),
-			k.Errors, k.Missed, k.Duplicates)
+		d, n := byKey[[2]string{den, wl}], byKey[[2]string{num, wl}]
+		if d.NotServed {
+			fmt.Fprintf(tw, "%s\t-\t%.0f\t-\t-\t%s\t-\t-\t%s\t-\t-\t%s\t-\t-\t%d/%d/%d\t\n",
+				wl, n.OpsPerSec, msCell(n, n.P50ms), msCell(n, n.P99ms), mib(n.RSSBytes), n.Errors, n.Missed, n.Duplicates)
+			notes = append(notes, fmt.Sprintf("%s: %s", wl, d.Note))
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d/%d\t%d/%d/%d\t\n",
+			wl, d.OpsPerSec, n.OpsPerSec, ratio(n.OpsPerSec, d.OpsPerSec),
+			msCell(d, d.P50ms), msCell(n, n.P50ms), ratio(n.P50ms, d.P50ms),
+			msCell(d, d.P99ms), msCell(n, n.P99ms), ratio(n.P99ms, d.P99ms),
+			mib(d.RSSBytes), mib(n.RSSBytes), ratio(float64(n.RSSBytes), float64(d.RSSBytes)),
+			d.Errors, d.Missed, d.Duplicates, n.Errors, n.Missed, n.Duplicates)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write ratios: %w", err)
+	}
+	for _, n := range notes {
+		if _, err := fmt.Fprintln(w, "  "+n); err != nil {
+			return fmt.Errorf("write ratios: %w", err)
+		}
 	}
 	return nil
 }
@@ -119,6 +159,11 @@ func msCell(r result, v float64) string {
 func ratio(a, b float64) string {
 	if a == 0 || b == 0 {
 		return "-"
+	}
+	if r := a / b; r < 0.1 {
+		// Two significant digits: kite at 0.6 ms against kine's 1 s poll
+		// is 0.0006x, not 0.00x.
+		return strconv.FormatFloat(r, 'g', 2, 64) + "x"
 	}
 	return strconv.FormatFloat(a/b, 'f', 2, 64) + "x"
 }

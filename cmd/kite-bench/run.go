@@ -13,23 +13,33 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
-// target is one server under load and the connections to it.
+// target is one server under load, or several sharing one store, and the
+// connections to them.
 type target struct {
 	name       string
-	proc       *serverProc // nil when the server is not ours (--endpoints)
+	cl         *cluster // nil when the servers are not ours (--endpoints)
+	partial    bool     // implements only part of etcd (kine)
 	conns      []*clientv3.Client
-	dataLoaded bool // the shared read keys are in place
+	server     []int // server[i]: index of the server conns[i] talks to
+	dataLoaded bool  // the shared read keys are in place
 }
 
-// connect opens cfg.conns connections (each its own gRPC channel) to the
-// endpoints.
-func connect(cfg *config, name string, endpoints []string, proc *serverProc) (*target, error) {
-	t := &target{name: name, proc: proc}
-	for range cfg.conns {
+// connect opens cfg.conns connections (each its own gRPC channel), spread
+// over the endpoints round-robin: connection i talks to endpoint i mod n
+// only, so the clients of a workload (client i uses connection i mod
+// --conns) are spread evenly over the servers.
+func connect(cfg *config, name string, endpoints []string, cl *cluster) (*target, error) {
+	t := &target{name: name, cl: cl}
+	if cl != nil {
+		t.partial = cl.kind.partial
+	}
+	for i := range cfg.conns {
 		c, err := clientv3.New(clientv3.Config{
-			Endpoints:   endpoints,
+			Endpoints:   []string{endpoints[i%len(endpoints)]},
 			DialTimeout: 5 * time.Second,
 			// clientv3 logs every retry at warn; the benchmark counts errors itself.
 			Logger: zap.NewNop(),
@@ -39,6 +49,7 @@ func connect(cfg *config, name string, endpoints []string, proc *serverProc) (*t
 			return nil, fmt.Errorf("connect to %s: %w", name, err)
 		}
 		t.conns = append(t.conns, c)
+		t.server = append(t.server, i%len(endpoints))
 	}
 	return t, nil
 }
@@ -77,26 +88,42 @@ func run(ctx context.Context, cfg *config, log *slog.Logger, stdout io.Writer) e
 	return runCompare(ctx, cfg, log, runID, stdout, emit)
 }
 
-// runCompare measures a reference etcd and kite in one run. Memory is
-// measured on fresh servers so that it reflects the preloaded keys, not the
-// allocations earlier workloads left behind. The workloads then run against
-// both servers kept up side by side, alternating per workload, so a noisy
-// neighbour on the shared machine hurts both columns alike.
-func runCompare(ctx context.Context, cfg *config, log *slog.Logger, runID string, stdout io.Writer, emit func(result) error) error {
+// runCompare measures a reference etcd and kite in one run (and kine in
+// postgres mode with --kine-binary). Memory is measured on fresh servers
+// so that it reflects the preloaded keys, not the allocations earlier
+// workloads left behind. The workloads then run against all servers kept
+// up side by side, alternating per workload, so a noisy neighbour on the
+// shared machine hurts every column alike.
+func runCompare(ctx context.Context, cfg *config, log *slog.Logger, runID string, stdout io.Writer, emit func(result) error) (err error) {
 	etcdK, err := etcdKind("etcd")
 	if err != nil {
 		return err
 	}
-	kiteK, err := kiteKind(cfg.kiteBinary)
+	kiteK, err := kiteKind(cfg)
 	if err != nil {
 		return err
 	}
 	kinds := []serverKind{etcdK, kiteK}
+	var pg *pgAdmin
+	if cfg.datastore == datastorePostgres {
+		if pg, err = newPGAdmin(ctx, cfg.postgresAdmin, log); err != nil {
+			return err
+		}
+		// Registered before any server starts, so it runs after they stop.
+		defer func() { err = errors.Join(err, pg.dropAll()) }()
+		if cfg.kineBinary != "" {
+			kine, err := resolveKine(ctx, cfg, log)
+			if err != nil {
+				return err
+			}
+			kinds = append(kinds, kineKind(kine, cfg.kineServers))
+		}
+	}
 	var results []result
 	var errs []error
 	if cfg.memoryKeys > 0 {
 		for _, k := range kinds {
-			r, err := measureMemory(ctx, cfg, log, runID, k)
+			r, err := measureMemory(ctx, cfg, log, runID, k, pg)
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -110,17 +137,17 @@ func runCompare(ctx context.Context, cfg *config, log *slog.Logger, runID string
 	defer func() {
 		for _, t := range targets {
 			t.close()
-			t.proc.stop()
+			t.cl.stop()
 		}
 	}()
 	for _, k := range kinds {
-		p, err := startServer(ctx, cfg, log, k)
+		c, err := startCluster(ctx, cfg, log, k, pg)
 		if err != nil {
 			return errors.Join(append(errs, err)...)
 		}
-		t, err := connect(cfg, k.name, []string{p.endpoint}, p)
+		t, err := connect(cfg, k.name, c.endpoints(), c)
 		if err != nil {
-			p.stop()
+			c.stop()
 			return errors.Join(append(errs, err)...)
 		}
 		targets = append(targets, t)
@@ -131,6 +158,10 @@ func runCompare(ctx context.Context, cfg *config, log *slog.Logger, runID string
 
 	fmt.Fprintln(stdout)
 	errs = append(errs, writeTable(stdout, results))
+	for _, k := range kinds[2:] {
+		fmt.Fprintln(stdout)
+		errs = append(errs, writeRatios(stdout, results, kiteK.name, k.name))
+	}
 	fmt.Fprintln(stdout)
 	errs = append(errs, writeRatios(stdout, results, kiteK.name, etcdK.name))
 	return errors.Join(errs...)
@@ -138,7 +169,9 @@ func runCompare(ctx context.Context, cfg *config, log *slog.Logger, runID string
 
 // runWorkloads runs every workload on every target, in that nesting, and
 // emits each result as soon as it is known. A failing workload does not
-// stop the others; its error is returned at the end.
+// stop the others; its error is returned at the end. On a partial target
+// (kine) a workload that failed outright is reported as unsupported, with
+// its error, and does not fail the run.
 func runWorkloads(ctx context.Context, cfg *config, log *slog.Logger, runID string, targets []*target, emit func(result) error) ([]result, error) {
 	defs := workloadDefs()
 	var results []result
@@ -149,18 +182,52 @@ func runWorkloads(ctx context.Context, cfg *config, log *slog.Logger, runID stri
 				return results, errors.Join(append(errs, fmt.Errorf("interrupted: %w", err))...)
 			}
 			e := &env{cfg: cfg, t: t, log: log, runID: runID}
-			log.Info("running workload", "target", t.name, "workload", s.label, "clients", s.clients)
-			r, err := defs[s.name].run(ctx, e, s)
+			def := defs[s.name]
+			var r result
+			var err error
+			if t.cl != nil && t.cl.exited() != nil {
+				// A server that died (a crash under the previous workload)
+				// would make every request to it wait for its timeout. A
+				// partial reference is started again (kine crashes under
+				// concurrent plain puts of one key); kite is not.
+				if t.partial {
+					err = t.cl.restartExited(ctx, cfg)
+				} else {
+					err = t.cl.exited()
+				}
+			}
+			if err == nil && def.needsData {
+				// Outside the measured interval and the profile.
+				err = e.ensureData(ctx)
+			}
+			if err == nil {
+				log.Info("running workload", "target", t.name, "workload", s.label, "clients", s.clients)
+				stopProfile := startProfiles(ctx, cfg, log, t, s.label)
+				r, err = def.run(ctx, e, s)
+				stopProfile()
+			}
+			if t.partial && (err != nil || (r.Ops == 0 && r.Errors > 0)) {
+				r = unsupportedResult(t.name, s, r, err)
+				log.Warn("workload not served", "target", t.name, "workload", s.label, "note", r.Note)
+				results = append(results, r)
+				errs = append(errs, emit(r))
+				continue
+			}
 			if err != nil {
 				log.Error("workload failed", "target", t.name, "workload", s.label, "error", err)
 				errs = append(errs, fmt.Errorf("%s on %s: %w", s.label, t.name, err))
 				continue
 			}
-			if t.proc != nil {
-				if rss, err := t.proc.rss(); err == nil {
+			if t.cl != nil {
+				if err := t.cl.exited(); err != nil {
+					if t.partial {
+						// A reference that crashed is a finding about it, not a failed run.
+						r.Note = "server exited during the workload: " + err.Error()
+					} else {
+						errs = append(errs, fmt.Errorf("%s during %s: %w", t.name, s.label, err))
+					}
+				} else if rss, err := t.cl.rss(); err == nil {
 					r.RSSBytes = rss
-				} else {
-					errs = append(errs, fmt.Errorf("%s exited during %s: %w", t.name, s.label, err))
 				}
 			}
 			results = append(results, r)
@@ -170,15 +237,36 @@ func runWorkloads(ctx context.Context, cfg *config, log *slog.Logger, runID stri
 	return results, errors.Join(errs...)
 }
 
+// unsupportedResult is the row of a workload a partial server (kine) did
+// not serve: "unsupported by NAME" when it answered Unimplemented (kine's
+// answer to what it leaves out), "failed on NAME" for any other error,
+// with the error either way.
+func unsupportedResult(name string, s spec, r result, err error) result {
+	msg := r.FirstError
+	if err != nil {
+		msg = err.Error()
+	}
+	if r.Workload == "" {
+		r = newResult(name, s, 0, 0, &histogram{}, r.Errors)
+	}
+	if status.Code(err) == codes.Unimplemented || strings.Contains(msg, "code = Unimplemented") {
+		r.Note = "unsupported by " + name + ": " + msg
+	} else {
+		r.Note = "failed on " + name + ": " + msg
+	}
+	r.NotServed = true
+	return r
+}
+
 // measureMemory starts a fresh server of kind, preloads --memory-keys keys
 // of --val-size bytes, and reports its resident memory.
-func measureMemory(ctx context.Context, cfg *config, log *slog.Logger, runID string, kind serverKind) (result, error) {
-	p, err := startServer(ctx, cfg, log, kind)
+func measureMemory(ctx context.Context, cfg *config, log *slog.Logger, runID string, kind serverKind, pg *pgAdmin) (result, error) {
+	p, err := startCluster(ctx, cfg, log, kind, pg)
 	if err != nil {
 		return result{}, err
 	}
 	defer p.stop()
-	t, err := connect(cfg, kind.name, []string{p.endpoint}, p)
+	t, err := connect(cfg, kind.name, p.endpoints(), p)
 	if err != nil {
 		return result{}, err
 	}

@@ -32,12 +32,29 @@ type serverProc struct {
 	exited   chan struct{} // closed when the process has exited
 	waitErr  error         // valid after exited is closed
 	log      *slog.Logger
+	secret   string // masked in the log tails printed
+	// exitLogged: the log of an unexpected exit was printed (only by the
+	// run's goroutine).
+	exitLogged bool
+	argv       []string
+	env        []string // added to the environment
 }
 
 // serverKind says how to start one kind of server on a data dir and URL.
 type serverKind struct {
 	name string
 	argv func(dataDir, clientURL string) []string
+	// servers is how many processes serve one store (postgres mode: kite
+	// and kine servers sharing one database); 0 means 1.
+	servers int
+	// dbEnv, when set, gives every fresh start of this kind a fresh
+	// Postgres database, whose URL each server process finds in this
+	// environment variable (so it never shows in a process listing).
+	dbEnv string
+	// partial marks a server that implements only part of the etcd API
+	// (kine): a workload that fails on it is reported as unsupported, not
+	// as a failure of the run.
+	partial bool
 }
 
 // etcdKind re-executes this binary's hidden etcd-server subcommand.
@@ -53,19 +70,31 @@ func etcdKind(name string) (serverKind, error) {
 
 // kiteKind runs the kite binary with the flags issue 4 fixes. binary "etcd"
 // stands a second reference etcd in for kite, which proves the tool on
-// etcd-vs-etcd (every ratio should then be near 1).
-func kiteKind(binary string) (serverKind, error) {
-	if binary == "etcd" {
+// etcd-vs-etcd (every ratio should then be near 1). In postgres mode kite
+// reads --datastore-endpoint from KITE_DATASTORE_ENDPOINT (kite fills any
+// flag not on its command line from KITE_<FLAG>), and --kite-servers
+// servers share the database.
+func kiteKind(cfg *config) (serverKind, error) {
+	if cfg.kiteBinary == "etcd" {
 		return etcdKind("kite")
 	}
-	path, err := findKite(binary)
+	path, err := findKite(cfg.kiteBinary)
 	if err != nil {
 		return serverKind{}, err
 	}
-	return serverKind{name: "kite", argv: func(dir, u string) []string {
-		return []string{path, "--name", "kite-bench", "--data-dir", dir,
+	k := serverKind{name: "kite", servers: 1, argv: func(dir, u string) []string {
+		argv := []string{path, "--name", "kite-bench", "--data-dir", dir,
 			"--listen-client-urls", u, "--advertise-client-urls", u, "--log-level", "warn"}
-	}}, nil
+		if cfg.profile != nil {
+			argv = append(argv, "--enable-pprof")
+		}
+		return argv
+	}}
+	if cfg.datastore == datastorePostgres {
+		k.servers = cfg.kiteServers
+		k.dbEnv = "KITE_DATASTORE_ENDPOINT"
+	}
+	return k, nil
 }
 
 // findKite resolves --kite-binary, or looks for kite next to kite-bench and
@@ -91,12 +120,134 @@ func findKite(binary string) (string, error) {
 	return filepath.Abs(p)
 }
 
-// startServer starts kind on a fresh temporary data dir and a free
-// loopback port, and waits until it answers.
-func startServer(ctx context.Context, cfg *config, log *slog.Logger, kind serverKind) (*serverProc, error) {
-	dir, err := os.MkdirTemp(cfg.workDir, "kite-bench-"+kind.name+"-")
+// cluster is the servers of one kind that share one store: one process,
+// or in postgres mode several on one database.
+type cluster struct {
+	kind  serverKind
+	procs []*serverProc
+}
+
+// startCluster starts kind's servers, on a fresh database when kind needs
+// one (created on pg, dropped by pg.dropAll at the end of the run).
+func startCluster(ctx context.Context, cfg *config, log *slog.Logger, kind serverKind, pg *pgAdmin) (*cluster, error) {
+	c := &cluster{kind: kind}
+	var env []string
+	var secret string
+	if kind.dbEnv != "" {
+		if pg == nil {
+			return nil, fmt.Errorf("%s needs a Postgres database (--datastore postgres)", kind.name)
+		}
+		dsn, err := pg.createDatabase(ctx, kind.name)
+		if err != nil {
+			return nil, err
+		}
+		env = []string{kind.dbEnv + "=" + dsn}
+		secret = dsnPassword(dsn)
+	}
+	n := max(kind.servers, 1)
+	for i := range n {
+		name := kind.name
+		if n > 1 {
+			name = fmt.Sprintf("%s-%d", kind.name, i)
+		}
+		p, err := startServer(ctx, cfg, log, kind, name, env, secret)
+		if err != nil {
+			c.stop()
+			return nil, err
+		}
+		c.procs = append(c.procs, p)
+	}
+	return c, nil
+}
+
+// endpoints returns the client URL of each server.
+func (c *cluster) endpoints() []string {
+	eps := make([]string, len(c.procs))
+	for i, p := range c.procs {
+		eps[i] = p.endpoint
+	}
+	return eps
+}
+
+// rss is the resident memory of all the cluster's servers (not counting
+// the database server's).
+func (c *cluster) rss() (int64, error) {
+	var sum int64
+	for _, p := range c.procs {
+		r, err := p.rss()
+		if err != nil {
+			return 0, err
+		}
+		sum += r
+	}
+	return sum, nil
+}
+
+// exited returns an error naming every server of the cluster that is no
+// longer running, with the line of its log that says why, or nil. The end
+// of each such log is logged once, when the exit is first noticed.
+func (c *cluster) exited() error {
+	var errs []error
+	for _, p := range c.procs {
+		select {
+		case <-p.exited:
+			if !p.exitLogged {
+				p.exitLogged = true
+				p.log.Error("server exited", "server", p.name, "error", p.waitErr, "log", p.logTail())
+			}
+			errs = append(errs, fmt.Errorf("%s exited (%v): %s", p.name, p.waitErr, p.exitReason()))
+		default:
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// exitReason is the line of the server's log that best says why it
+// exited: the first panic or fatal error, else the last line.
+func (p *serverProc) exitReason() string {
+	lines := strings.Split(p.logTail(), "\n")
+	for _, l := range lines {
+		if strings.HasPrefix(l, "panic:") || strings.HasPrefix(l, "fatal error:") {
+			return l
+		}
+	}
+	return lines[len(lines)-1]
+}
+
+func (c *cluster) stop() {
+	for _, p := range c.procs {
+		p.stop()
+	}
+}
+
+// restartExited starts again, on the same data dir, port and database,
+// every server of the cluster that has exited. Only partial references
+// (kine) are restarted: a reference that crashed under one workload should
+// still be measured on the next, while a kite crash is a finding that
+// stays visible.
+func (c *cluster) restartExited(ctx context.Context, cfg *config) error {
+	for _, p := range c.procs {
+		select {
+		case <-p.exited:
+		default:
+			continue
+		}
+		p.log.Warn("restarting server that exited", "server", p.name, "error", p.waitErr)
+		if err := p.launch(ctx, cfg.startupWait); err != nil {
+			return fmt.Errorf("restart %s: %w", p.name, err)
+		}
+	}
+	return nil
+}
+
+// startServer starts one server of kind on a fresh temporary data dir and
+// a free loopback port, and waits until it answers. env is added to the
+// process's environment; secret (a password) is masked in any log tail
+// kite-bench prints.
+func startServer(ctx context.Context, cfg *config, log *slog.Logger, kind serverKind, name string, env []string, secret string) (*serverProc, error) {
+	dir, err := os.MkdirTemp(cfg.workDir, "kite-bench-"+name+"-")
 	if err != nil {
-		return nil, fmt.Errorf("create data dir for %s: %w", kind.name, err)
+		return nil, fmt.Errorf("create data dir for %s: %w", name, err)
 	}
 	port, err := freePort()
 	if err != nil {
@@ -104,40 +255,54 @@ func startServer(ctx context.Context, cfg *config, log *slog.Logger, kind server
 		return nil, err
 	}
 	p := &serverProc{
-		name:     kind.name,
+		name:     name,
 		endpoint: "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		dir:      dir,
 		logPath:  filepath.Join(dir, "server.log"),
-		exited:   make(chan struct{}),
 		log:      log,
+		secret:   secret,
+		env:      env,
 	}
+	p.argv = kind.argv(filepath.Join(dir, "data"), p.endpoint)
+	if err := p.launch(ctx, cfg.startupWait); err != nil {
+		p.stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+// launch starts the server's process (again, after an exit) with a fresh
+// log, and waits until it answers.
+func (p *serverProc) launch(ctx context.Context, timeout time.Duration) error {
+	p.exited = make(chan struct{})
+	p.waitErr, p.exitLogged = nil, false
 	logFile, err := os.Create(p.logPath)
 	if err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("create log of %s: %w", kind.name, err)
+		close(p.exited)
+		return fmt.Errorf("create log of %s: %w", p.name, err)
 	}
-	argv := kind.argv(filepath.Join(dir, "data"), p.endpoint)
-	p.cmd = exec.Command(argv[0], argv[1:]...)
+	p.cmd = exec.Command(p.argv[0], p.argv[1:]...)
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	if len(p.env) > 0 {
+		p.cmd.Env = append(os.Environ(), p.env...)
+	}
 	// If kite-bench dies without stopping its servers, the kernel kills
 	// them, so no orphan keeps a port or burns the shared CPUs.
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		logFile.Close()
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("start %s (%s): %w", kind.name, argv[0], err)
-	}
-	go func() {
-		p.waitErr = p.cmd.Wait()
-		logFile.Close()
 		close(p.exited)
-	}()
-	log.Info("started server", "server", kind.name, "pid", p.cmd.Process.Pid, "endpoint", p.endpoint, "dir", dir)
-	if err := p.waitReady(ctx, cfg.startupWait); err != nil {
-		p.stop()
-		return nil, err
+		return fmt.Errorf("start %s (%s): %w", p.name, p.argv[0], err)
 	}
-	return p, nil
+	cmd, exited := p.cmd, p.exited
+	go func() {
+		err := cmd.Wait()
+		logFile.Close()
+		p.waitErr = err
+		close(exited)
+	}()
+	p.log.Info("started server", "server", p.name, "pid", p.cmd.Process.Pid, "endpoint", p.endpoint, "dir", p.dir)
+	return p.waitReady(ctx, timeout)
 }
 
 // waitReady polls Status until the server answers, the process exits, or
@@ -213,7 +378,7 @@ func (p *serverProc) stop() {
 			<-p.exited
 		}
 	}
-	if p.waitErr != nil {
+	if p.waitErr != nil && !p.exitLogged {
 		var exitErr *exec.ExitError
 		if !errors.As(p.waitErr, &exitErr) || exitErr.ExitCode() != 0 {
 			p.log.Warn("server exited uncleanly", "server", p.name, "error", p.waitErr, "log", p.logTail())
@@ -229,6 +394,9 @@ func (p *serverProc) logTail() string {
 	b, err := os.ReadFile(p.logPath)
 	if err != nil {
 		return "(no log: " + err.Error() + ")"
+	}
+	if p.secret != "" {
+		b = bytes.ReplaceAll(b, []byte(p.secret), []byte("xxxxx"))
 	}
 	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
 	return string(bytes.Join(lines[max(0, len(lines)-20):], []byte("\n")))

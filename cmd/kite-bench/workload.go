@@ -29,6 +29,9 @@ type workloadDef struct {
 	// defaultClients is the client count when the spec names none.
 	defaultClients func(cfg *config) int
 	run            func(ctx context.Context, e *env, s spec) (result, error)
+	// needsData: the workload reads the shared preloaded keys, which are
+	// written before its clock (and any profile) starts.
+	needsData bool
 }
 
 func fromFlag(cfg *config) int { return cfg.clients }
@@ -38,20 +41,21 @@ func single(*config) int       { return 1 }
 // variable, so nothing global can be mutated.
 func workloadDefs() map[string]workloadDef {
 	return map[string]workloadDef{
-		"put":              {fromFlag, runPut},
-		"txn-update":       {fromFlag, runTxnUpdate},
-		"get":              {fromFlag, runGet},
-		"get-serializable": {fromFlag, runGet},
-		"list":             {single, runList},
-		"list-stream":      {single, runListStream},
-		"count":            {fromFlag, runCount},
-		"watch":            {fromFlag, runWatch},
-		"mixed":            {fromFlag, runMixed},
+		"put":              {fromFlag, runPut, false},
+		"txn-update":       {fromFlag, runTxnUpdate, false},
+		"get":              {fromFlag, runGet, true},
+		"get-serializable": {fromFlag, runGet, true},
+		"list":             {single, runList, true},
+		"list-stream":      {single, runListStream, true},
+		"count":            {fromFlag, runCount, true},
+		"watch":            {fromFlag, runWatch, false},
+		"watch-remote":     {fromFlag, runWatchRemote, false},
+		"mixed":            {fromFlag, runMixed, true},
 	}
 }
 
 func workloadNames() []string {
-	names := make([]string, 0, 9)
+	names := make([]string, 0, 10)
 	for n := range workloadDefs() {
 		names = append(names, n)
 	}
@@ -145,7 +149,10 @@ func preload(ctx context.Context, e *env, prefix string, n, valSize int) error {
 				if i >= n || ctx.Err() != nil {
 					return
 				}
-				if _, err := kv.Put(ctx, key(prefix, i), value); err != nil {
+				opCtx, opCancel := context.WithTimeout(ctx, e.cfg.opTimeout)
+				_, err := kv.Put(opCtx, key(prefix, i), value)
+				opCancel()
+				if err != nil {
 					cancel(fmt.Errorf("put %s: %w", key(prefix, i), err))
 					return
 				}
@@ -174,6 +181,7 @@ func makeValue(size int, seed uint64) string {
 // outcome is what a closed-loop run measured.
 type outcome struct {
 	ops, errors int64
+	firstErr    string // the first operation error, if any
 	hist        histogram
 	elapsed     time.Duration
 }
@@ -211,6 +219,7 @@ func closedLoop(ctx context.Context, e *env, label string, clients int, newClien
 
 	var started atomic.Int64
 	var errorsLogged atomic.Int32
+	var firstErr atomic.Pointer[string]
 	hists := make([]histogram, clients)
 	errCounts := make([]int64, clients)
 	var wg sync.WaitGroup
@@ -233,6 +242,8 @@ func closedLoop(ctx context.Context, e *env, label string, clients int, newClien
 					// Cut short by the end of the run: neither an operation nor an error.
 				default:
 					errCounts[i]++
+					msg := err.Error()
+					firstErr.CompareAndSwap(nil, &msg)
 					if errorsLogged.Add(1) <= 3 {
 						e.log.Warn("operation failed", "target", e.t.name, "workload", label, "error", err)
 					}
@@ -247,10 +258,15 @@ func closedLoop(ctx context.Context, e *env, label string, clients int, newClien
 		out.errors += errCounts[i]
 	}
 	out.ops = int64(out.hist.count())
+	if p := firstErr.Load(); p != nil {
+		out.firstErr = *p
+	}
 	return out
 }
 
 // result builds a report row from a closed-loop outcome.
 func (o *outcome) result(e *env, s spec) result {
-	return newResult(e.t.name, s, o.ops, o.elapsed, &o.hist, o.errors)
+	r := newResult(e.t.name, s, o.ops, o.elapsed, &o.hist, o.errors)
+	r.FirstError = o.firstErr
+	return r
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -41,6 +42,8 @@ func runMixed(ctx context.Context, e *env, s spec) (result, error) {
 	case <-created:
 	case <-ctx.Done():
 		return result{}, ctx.Err()
+	case <-time.After(30 * time.Second):
+		return result{}, errors.New("watch not created after 30s")
 	}
 
 	out := closedLoop(ctx, e, s.label, s.clients, func(i int) opFunc {

@@ -27,12 +27,60 @@ const deliveryTimeout = 10 * time.Second
 // The workload's own clients count (s.clients) is not used: the fan-out is
 // set by --watchers, and one writer keeps the event order unambiguous.
 func runWatch(ctx context.Context, e *env, s spec) (result, error) {
+	var interval time.Duration
+	if e.cfg.watchRate > 0 {
+		interval = time.Duration(float64(time.Second) / e.cfg.watchRate)
+	}
+	return watchDelivery(ctx, e, s, e.cfg.watchers, e.conn, e.conn(0), interval)
+}
+
+// remoteWatchRate paces watch-remote's writer when --watch-rate is not
+// given: its latency is then the delivery's, not a queue's.
+const remoteWatchRate = 100
+
+// runWatchRemote: watch delivery across servers that share one database.
+// The writer talks to the first server, and s.clients watchers (default
+// --clients) are spread over the connections to every other server; the
+// writer puts --events keys at --watch-rate (100/s if not given). Latency
+// is from the put's acknowledgement to each watcher's receipt; missed and
+// duplicated events are counted as in watch. A target with one server
+// (etcd, or kite with --kite-servers 1) runs it with writer and watchers
+// on that server, and its row says so.
+func runWatchRemote(ctx context.Context, e *env, s spec) (result, error) {
+	var remote []*clientv3.Client
+	for i, c := range e.t.conns {
+		if e.t.server[i] != e.t.server[0] {
+			remote = append(remote, c)
+		}
+	}
+	note := ""
+	if len(remote) == 0 {
+		remote = e.t.conns
+		note = "one server: writer and watchers on the same server"
+	}
+	rate := e.cfg.watchRate
+	if rate <= 0 {
+		rate = remoteWatchRate
+	}
+	interval := time.Duration(float64(time.Second) / rate)
+	r, err := watchDelivery(ctx, e, s, s.clients, func(i int) *clientv3.Client { return remote[i%len(remote)] }, e.conn(0), interval)
+	r.Note = note
+	return r, err
+}
+
+// watchDelivery runs nw watchers on one prefix, watcher i on watcherConn(i),
+// and one writer on writer that puts --events keys (one every interval, or
+// back to back when interval is 0), and reports the delivery latencies and
+// every event missed or delivered twice.
+func watchDelivery(ctx context.Context, e *env, s spec, nw int, watcherConn func(i int) *clientv3.Client, writer *clientv3.Client, interval time.Duration) (result, error) {
 	prefix := e.prefix(s.label)
-	nw, ne := e.cfg.watchers, e.cfg.events
+	ne := e.cfg.events
 	// Watching from a fixed start revision makes a watcher that registers
 	// late replay what it missed instead of losing it: "missed" then means
 	// the server lost an event, never that the benchmark started too early.
-	head, err := e.conn(0).Get(ctx, prefix, clientv3.WithCountOnly())
+	headCtx, headCancel := context.WithTimeout(ctx, e.cfg.opTimeout)
+	head, err := writer.Get(headCtx, prefix, clientv3.WithCountOnly())
+	headCancel()
 	if err != nil {
 		return result{}, fmt.Errorf("read current revision: %w", err)
 	}
@@ -46,7 +94,7 @@ func runWatch(ctx context.Context, e *env, s spec) (result, error) {
 		w := &eventWatcher{recv: make([]int64, ne), events: ne, prefix: prefix}
 		ws[i] = w
 		created.Add(1)
-		ch := e.conn(i).Watch(watchCtx, prefix, clientv3.WithPrefix(), clientv3.WithRev(startRev), clientv3.WithCreatedNotify())
+		ch := watcherConn(i).Watch(watchCtx, prefix, clientv3.WithPrefix(), clientv3.WithRev(startRev), clientv3.WithCreatedNotify())
 		wg.Go(func() { w.consume(watchCtx, ch, created.Done) })
 	}
 	// Stop and wait for the watchers on every return (defers run in reverse).
@@ -56,7 +104,7 @@ func runWatch(ctx context.Context, e *env, s spec) (result, error) {
 		return result{}, fmt.Errorf("create %d watchers: %w", nw, err)
 	}
 
-	ack, written, first, err := writeEvents(ctx, e, prefix, ne)
+	ack, written, first, err := writeEvents(ctx, e, writer, prefix, ne, interval)
 	if err != nil {
 		return result{}, err
 	}
@@ -70,6 +118,7 @@ func runWatch(ctx context.Context, e *env, s spec) (result, error) {
 
 	var h histogram
 	var got, dups, errs, last int64
+	var firstErr string
 	for _, w := range ws {
 		w.mu.Lock()
 		for seq := range written {
@@ -84,6 +133,9 @@ func runWatch(ctx context.Context, e *env, s spec) (result, error) {
 		if w.err != nil && errs <= 3 {
 			e.log.Warn("watcher failed", "target", e.t.name, "error", w.err)
 		}
+		if w.err != nil && firstErr == "" {
+			firstErr = w.err.Error()
+		}
 		w.mu.Unlock()
 	}
 	elapsed := time.Duration(last - first)
@@ -91,20 +143,17 @@ func runWatch(ctx context.Context, e *env, s spec) (result, error) {
 	r.Clients = nw
 	r.Missed = want - got
 	r.Duplicates = dups
+	r.FirstError = firstErr
 	return r, nil
 }
 
-// writeEvents puts n keys one after another (paced by --watch-rate) and
-// returns the acknowledgement time of each, how many were written before
-// --duration ran out, and when the first write started (Unix nanoseconds).
-func writeEvents(ctx context.Context, e *env, prefix string, n int) (ack []int64, written int, first int64, err error) {
-	kv := e.conn(0)
+// writeEvents puts n keys one after another on kv (one every interval, or
+// back to back when it is 0) and returns the acknowledgement time of each,
+// how many were written before --duration ran out, and when the first
+// write started (Unix nanoseconds).
+func writeEvents(ctx context.Context, e *env, kv clientv3.KV, prefix string, n int, interval time.Duration) (ack []int64, written int, first int64, err error) {
 	value := makeValue(e.cfg.valSize, 5)
 	ack = make([]int64, n)
-	var interval time.Duration
-	if e.cfg.watchRate > 0 {
-		interval = time.Duration(float64(time.Second) / e.cfg.watchRate)
-	}
 	start := time.Now()
 	first = start.UnixNano()
 	for seq := range n {
