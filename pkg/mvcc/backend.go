@@ -152,15 +152,17 @@ type WriteTx interface {
 	Commit() error
 }
 
-// Prefetcher is implemented by a WriteTx whose reads each cost a round trip
-// to a database server (postgres). Before applying a batch the writer names
-// the single keys the batch's requests will read (the keys of puts, of
-// single-key compares, ranges and deletes); the driver reads their live rows
-// in one statement and answers Get, and latest single-key Range, of those
-// keys from memory, its own writes included. A key it was not given is read
-// as usual. Prefetch is an optimisation: it must not change any answer.
+// Prefetcher is implemented by a Backend whose reads each cost a round trip
+// to a database server (postgres). The writer names the single keys a batch's
+// requests will read (the keys of puts, of single-key compares, ranges and
+// deletes) when it begins the batch's transaction; the driver reads their
+// live rows in the same round trip as the begin and answers Get, and latest
+// single-key Range, of those keys from memory, its own writes included. A
+// key it was not given is read as usual. Prefetching is an optimisation: it
+// must not change any answer.
 type Prefetcher interface {
-	Prefetch(ctx context.Context, keys [][]byte) error
+	// BeginWritePrefetch is BeginWrite, with keys prefetched.
+	BeginWritePrefetch(ctx context.Context, keys [][]byte) (WriteTx, error)
 }
 
 // Change is one row of the revision log as the watch machinery sees it.

@@ -189,7 +189,7 @@ func (s *Store) applyBatch(batch []*pending) {
 }
 
 func (s *Store) applyAndCommit(batch []*pending) ([]committed, error) {
-	tx, err := s.b.BeginWrite(s.ctx)
+	tx, err := s.beginBatch(batch)
 	if err != nil {
 		return nil, fmt.Errorf("begin write: %w", err)
 	}
@@ -197,14 +197,6 @@ func (s *Store) applyAndCommit(batch []*pending) ([]committed, error) {
 	if err != nil {
 		_ = tx.Rollback()
 		return nil, fmt.Errorf("read revisions: %w", err)
-	}
-	if pf, ok := tx.(Prefetcher); ok {
-		if keys := batchKeys(batch); len(keys) > 0 {
-			if err := pf.Prefetch(s.ctx, keys); err != nil {
-				_ = tx.Rollback()
-				return nil, fmt.Errorf("prefetch: %w", err)
-			}
-		}
 	}
 	leases := &batchLeases{base: s.lessor, granted: map[int64]Lease{}, revoked: map[int64]bool{}}
 	var revs []committed
@@ -258,6 +250,17 @@ func (s *Store) applyAndCommit(batch []*pending) ([]committed, error) {
 		s.compacted.Store(compacted)
 	}
 	return revs, nil
+}
+
+// beginBatch begins the batch's transaction, with the keys it will read
+// prefetched where the Backend can (Prefetcher).
+func (s *Store) beginBatch(batch []*pending) (WriteTx, error) {
+	if pf, ok := s.b.(Prefetcher); ok {
+		if keys := batchKeys(batch); len(keys) > 0 {
+			return pf.BeginWritePrefetch(s.ctx, keys)
+		}
+	}
+	return s.b.BeginWrite(s.ctx)
 }
 
 // applyError is a storage error raised while applying one request, as

@@ -2,56 +2,53 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/kite-db/kite/pkg/mvcc"
 )
 
-var _ mvcc.Prefetcher = (*writeTx)(nil)
+var _ mvcc.Prefetcher = (*Backend)(nil)
 
 // The applier reads the previous row of every key it writes and evaluates
 // every compare with a read; each read here is a round trip to the
-// database server. Prefetch reads the live rows of all the keys a batch
-// names in one statement, so a batch of n puts or kube-style txns costs a
-// few round trips instead of n or 2n. Because the transaction holds the
-// revision lock, no other server can change those rows until it ends: the
-// rows read stay true, updated by this transaction's own writes.
+// database server. A batch's transaction reads the live rows of all the
+// keys the batch names in one statement, sent in the same round trip as
+// BEGIN and the revision lock, so a batch of puts or kube-style txns costs
+// two round trips (begin, commit) instead of one or two per request.
+// Because the transaction holds the revision lock, no other server can
+// change those rows until it ends: the rows read stay true, updated by this
+// transaction's own writes.
 
 const sqlPrefetch = `SELECT key, create_rev, mod_rev, version, lease, value
 	FROM kite_live WHERE key = ANY($1)`
 
-// Prefetch implements mvcc.Prefetcher.
-func (w *writeTx) Prefetch(ctx context.Context, keys [][]byte) error {
-	if w.known == nil {
-		w.known = make(map[string]*mvccpb.KeyValue, len(keys))
-	}
+// BeginWritePrefetch implements mvcc.Prefetcher.
+func (b *Backend) BeginWritePrefetch(ctx context.Context, keys [][]byte) (mvcc.WriteTx, error) {
+	return b.beginWrite(ctx, keys)
+}
+
+// queuePrefetch queues the read of keys' live rows into batch; every key
+// is known afterwards (nil: no live row).
+func (w *writeTx) queuePrefetch(batch *pgx.Batch, keys [][]byte) {
+	w.known = make(map[string]*mvccpb.KeyValue, len(keys))
 	want := make([][]byte, 0, len(keys))
 	for _, k := range keys {
-		if _, ok := w.cached(k); !ok {
-			w.known[string(k)] = nil
-			want = append(want, nonNil(k))
+		w.known[string(k)] = nil
+		want = append(want, nonNil(k))
+	}
+	batch.Queue(sqlPrefetch, want).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			kv := &mvccpb.KeyValue{}
+			if err := rows.Scan(&kv.Key, &kv.CreateRevision, &kv.ModRevision, &kv.Version, &kv.Lease, &kv.Value); err != nil {
+				return fmt.Errorf("prefetch: %w", err)
+			}
+			w.known[string(kv.Key)] = kv
 		}
-	}
-	if len(want) == 0 {
-		return nil
-	}
-	rows, err := w.queryAfter(ctx, false, sqlPrefetch, want)
-	if err != nil {
-		return w.fail("prefetch", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		kv := &mvccpb.KeyValue{}
-		if err := rows.Scan(&kv.Key, &kv.CreateRevision, &kv.ModRevision, &kv.Version, &kv.Lease, &kv.Value); err != nil {
-			return w.fail("prefetch: scan", err)
-		}
-		w.known[string(kv.Key)] = kv
-	}
-	if err := rows.Err(); err != nil {
-		return w.fail("prefetch", err)
-	}
-	return nil
+		return rows.Err()
+	})
 }
 
 // cached returns key's live row as this transaction knows it without a

@@ -56,6 +56,12 @@ type writeTx struct {
 // belongs to a stalled or partitioned server, and Postgres ends it rather
 // than let it stop every writer of the cluster.
 func (b *Backend) BeginWrite(ctx context.Context) (mvcc.WriteTx, error) {
+	return b.beginWrite(ctx, nil)
+}
+
+// beginWrite begins a write transaction, prefetching keys (prefetch.go) in
+// the same round trip.
+func (b *Backend) beginWrite(ctx context.Context, keys [][]byte) (mvcc.WriteTx, error) {
 	if err := b.lockWriter(ctx); err != nil {
 		return nil, fmt.Errorf("begin write: %w", err)
 	}
@@ -70,6 +76,9 @@ func (b *Backend) BeginWrite(ctx context.Context) (mvcc.WriteTx, error) {
 	batch.Queue(sqlBeginWrite)
 	batch.Queue(sqlWriteIdleTimeout)
 	batch.Queue(sqlLockRevisions).QueryRow(func(row pgx.Row) error { return row.Scan(&w.current, &w.compacted) })
+	if len(keys) > 0 {
+		w.queuePrefetch(batch, keys)
+	}
 	if err := pc.SendBatch(ctx, batch).Close(); err != nil {
 		err = unavailable(errors.Join(fmt.Errorf("begin write: lock revisions: %w", err), endTx(pc)))
 		b.unlockWriter()
