@@ -132,3 +132,57 @@ func TestNewLogger(t *testing.T) {
 		}
 	}
 }
+
+// TestParseTLSFlags: etcd's client TLS and gRPC hardening flags, and their
+// KITE_ variables, reach server.Config with etcd's defaults and meaning
+// (0 disables a keepalive setting).
+func TestParseTLSFlags(t *testing.T) {
+	f, err := parseServeFlags(nil, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.config(nil)
+	if c.TLS.MinVersion != "TLS1.2" || c.TLS.MaxVersion != "" || c.TLS.SelfSignedCertValidity != 1 || c.TLS.ClientCertAuth ||
+		c.MaxConcurrentStreams != 1<<32-1 || c.GRPCKeepAliveMinTime != 5*time.Second ||
+		c.GRPCKeepAliveInterval != 2*time.Hour || c.GRPCKeepAliveTimeout != 20*time.Second {
+		t.Errorf("defaults: %+v", c)
+	}
+	f, err = parseServeFlags(
+		[]string{"--cert-file", "/c.pem", "--client-cert-auth", "--cipher-suites", "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "--grpc-keepalive-interval=0"},
+		env(map[string]string{
+			"KITE_CERT_FILE":                    "/env.pem",
+			"KITE_KEY_FILE":                     "/k.pem",
+			"KITE_TRUSTED_CA_FILE":              "/ca.pem",
+			"KITE_CLIENT_CRL_FILE":              "/crl.der",
+			"KITE_CLIENT_CERT_ALLOWED_HOSTNAME": "a,b",
+			"KITE_TLS_MIN_VERSION":              "TLS1.3",
+			"KITE_TLS_MAX_VERSION":              "TLS1.3",
+			"KITE_AUTO_TLS":                     "true",
+			"KITE_SELF_SIGNED_CERT_VALIDITY":    "3",
+			"KITE_MAX_CONCURRENT_STREAMS":       "100",
+			"KITE_GRPC_KEEPALIVE_MIN_TIME":      "1s",
+			"KITE_GRPC_KEEPALIVE_TIMEOUT":       "3s",
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = f.config(nil)
+	tc := c.TLS
+	if tc.CertFile != "/c.pem" || tc.KeyFile != "/k.pem" || tc.TrustedCAFile != "/ca.pem" || !tc.ClientCertAuth ||
+		tc.CRLFile != "/crl.der" || strings.Join(tc.AllowedHostnames, " ") != "a b" ||
+		strings.Join(tc.CipherSuites, " ") != "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256" ||
+		tc.MinVersion != "TLS1.3" || tc.MaxVersion != "TLS1.3" || !tc.AutoTLS || tc.SelfSignedCertValidity != 3 {
+		t.Errorf("TLS: %+v", tc)
+	}
+	if c.MaxConcurrentStreams != 100 || c.GRPCKeepAliveMinTime != time.Second || c.GRPCKeepAliveInterval >= 0 || c.GRPCKeepAliveTimeout != 3*time.Second {
+		t.Errorf("hardening: %+v", c)
+	}
+	for _, bad := range [][]string{
+		{"--max-concurrent-streams=4294967296"},
+		{"--auto-tls", "--self-signed-cert-validity=0"},
+	} {
+		if _, err := parseServeFlags(bad, env(nil)); err == nil {
+			t.Errorf("%v: no error", bad)
+		}
+	}
+}

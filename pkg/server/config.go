@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"time"
 
@@ -28,6 +29,14 @@ const (
 
 	// minWatchProgressNotifyInterval is etcd's floor for the interval.
 	minWatchProgressNotifyInterval = 100 * time.Millisecond
+
+	// gRPC hardening, etcd's --max-concurrent-streams and
+	// --grpc-keepalive-* defaults. MinTime matters most: gRPC's own default
+	// (5 min) would answer kube-apiserver's 30 s pings with GOAWAY.
+	DefaultMaxConcurrentStreams  = math.MaxUint32
+	DefaultGRPCKeepAliveMinTime  = 5 * time.Second
+	DefaultGRPCKeepAliveInterval = 2 * time.Hour
+	DefaultGRPCKeepAliveTimeout  = 20 * time.Second
 )
 
 // Auto-compaction modes (etcd --auto-compaction-mode).
@@ -49,7 +58,8 @@ type Config struct {
 	// --datastore-endpoint URL. Required.
 	OpenBackend func(ctx context.Context) (mvcc.Backend, error)
 	// ListenClientURLs are the URLs to serve clients on: http://host:port,
-	// unix:///abs/path or unix://rel/path. Default http://127.0.0.1:2379.
+	// https://host:port (TLS, see TLS), unix:///abs/path or unix://rel/path
+	// (unixs:// for TLS on a socket). Default http://127.0.0.1:2379.
 	ListenClientURLs []string
 	// AdvertiseClientURLs are reported in MemberList and feed the member ID.
 	// Default: ListenClientURLs.
@@ -72,6 +82,26 @@ type Config struct {
 	// plain number of hours; for revision a number of revisions. "0" or ""
 	// turns compaction off.
 	AutoCompactionRetention string
+
+	// TLS is the TLS of the https:// and unixs:// client URLs (etcd's
+	// --cert-file, --key-file, --trusted-ca-file, ... flags); http:// and
+	// unix:// URLs ignore it, as etcd does.
+	TLS TLSConfig
+
+	// MaxConcurrentStreams bounds the HTTP/2 streams (RPCs, watches) one
+	// client connection may have open at once (default: unlimited, etcd's
+	// math.MaxUint32).
+	MaxConcurrentStreams uint32
+	// GRPCKeepAliveMinTime is the shortest interval between a client's
+	// pings; a client pinging more often is sent GOAWAY (default 5 s;
+	// negative: no enforcement).
+	GRPCKeepAliveMinTime time.Duration
+	// GRPCKeepAliveInterval is how long a connection may be idle before the
+	// server pings it (default 2 h); GRPCKeepAliveTimeout is how long it
+	// waits for the answer before closing the connection (default 20 s).
+	// Negative either: the server does not ping.
+	GRPCKeepAliveInterval time.Duration
+	GRPCKeepAliveTimeout  time.Duration
 
 	// EnablePprof serves net/http/pprof's handlers under /debug/pprof/ on
 	// the HTTP side of every client URL (etcd --enable-pprof).
@@ -107,6 +137,19 @@ func (c Config) withDefaults() Config {
 	if c.WatchProgressNotifyInterval < minWatchProgressNotifyInterval {
 		c.WatchProgressNotifyInterval = minWatchProgressNotifyInterval
 	}
+	if c.MaxConcurrentStreams == 0 {
+		c.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	if c.GRPCKeepAliveMinTime == 0 {
+		c.GRPCKeepAliveMinTime = DefaultGRPCKeepAliveMinTime
+	}
+	if c.GRPCKeepAliveInterval == 0 {
+		c.GRPCKeepAliveInterval = DefaultGRPCKeepAliveInterval
+	}
+	if c.GRPCKeepAliveTimeout == 0 {
+		c.GRPCKeepAliveTimeout = DefaultGRPCKeepAliveTimeout
+	}
+	c.TLS = c.TLS.withDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -125,11 +168,11 @@ func (c Config) validate() error {
 		return err
 	}
 	for _, u := range c.ListenClientURLs {
-		if _, _, err := parseListenURL(u); err != nil {
+		if _, _, _, err := parseListenURL(u); err != nil {
 			return err
 		}
 	}
-	return nil
+	return c.TLS.validate(c.ListenClientURLs)
 }
 
 // compactionRetention parses AutoCompactionRetention the way etcd's

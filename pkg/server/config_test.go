@@ -8,25 +8,27 @@ import (
 func TestParseListenURL(t *testing.T) {
 	for _, tt := range []struct {
 		url, network, address string
-		ok                    bool
+		secure, ok            bool
 	}{
-		{"http://127.0.0.1:2379", "tcp", "127.0.0.1:2379", true},
-		{"http://[::1]:0", "tcp", "[::1]:0", true},
-		{"http://localhost:2379/", "tcp", "localhost:2379", true},
-		{"unix:///run/kite.sock", "unix", "/run/kite.sock", true},
-		{"unix://kite.sock", "unix", "kite.sock", true},
-		{"unix://dir/kite.sock", "unix", "dir/kite.sock", true},
-		{"unix:kite.sock", "unix", "kite.sock", true},
-		{"http://127.0.0.1", "", "", false},
-		{"http://127.0.0.1:2379/path", "", "", false},
-		{"https://127.0.0.1:2379", "", "", false},
-		{"unix://", "", "", false},
-		{"tcp://127.0.0.1:1", "", "", false},
-		{"127.0.0.1:2379", "", "", false},
+		{"http://127.0.0.1:2379", "tcp", "127.0.0.1:2379", false, true},
+		{"http://[::1]:0", "tcp", "[::1]:0", false, true},
+		{"http://localhost:2379/", "tcp", "localhost:2379", false, true},
+		{"unix:///run/kite.sock", "unix", "/run/kite.sock", false, true},
+		{"unix://kite.sock", "unix", "kite.sock", false, true},
+		{"unix://dir/kite.sock", "unix", "dir/kite.sock", false, true},
+		{"unix:kite.sock", "unix", "kite.sock", false, true},
+		{"http://127.0.0.1", "", "", false, false},
+		{"http://127.0.0.1:2379/path", "", "", false, false},
+		{"https://127.0.0.1:2379", "tcp", "127.0.0.1:2379", true, true},
+		{"https://127.0.0.1", "", "", false, false},
+		{"unixs:///run/kite.sock", "unix", "/run/kite.sock", true, true},
+		{"unix://", "", "", false, false},
+		{"tcp://127.0.0.1:1", "", "", false, false},
+		{"127.0.0.1:2379", "", "", false, false},
 	} {
-		network, address, err := parseListenURL(tt.url)
-		if (err == nil) != tt.ok || network != tt.network || address != tt.address {
-			t.Errorf("%q: got %q %q %v", tt.url, network, address, err)
+		network, address, secure, err := parseListenURL(tt.url)
+		if (err == nil) != tt.ok || network != tt.network || address != tt.address || secure != tt.secure {
+			t.Errorf("%q: got %q %q %v %v", tt.url, network, address, secure, err)
 		}
 	}
 }

@@ -18,11 +18,14 @@
 // endpoints share the port, as on an etcd client port:
 //
 //	http://127.0.0.1:2379   TCP (the default)
+//	https://0.0.0.0:2379    TCP with TLS (Config.TLS; tls.go, https.go)
 //	unix:///run/kite.sock   unix socket, absolute path
 //	unix://kite.sock        unix socket relative to the working directory
+//	unixs:///run/kite.sock  unix socket with TLS
 //
-// TLS is not supported; bind to loopback or a unix socket, or put a TLS
-// proxy in front.
+// TLS is etcd 3.7.3's client TLS, through etcd's transport package: the
+// same certificate checks, per-handshake reload of the certificate and key,
+// CRL check, and one net/http server for gRPC and HTTP on a TLS port.
 //
 // # Embedding
 //

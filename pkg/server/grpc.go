@@ -7,7 +7,6 @@ import (
 	"math"
 	"runtime/debug"
 	"strings"
-	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -17,14 +16,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
-)
-
-// Keepalive settings are etcd's defaults. MinTime matters most: gRPC's own
-// default (5 min) would answer kube-apiserver's 30 s pings with GOAWAY.
-const (
-	keepaliveMinTime  = 5 * time.Second
-	keepaliveInterval = 2 * time.Hour
-	keepaliveTimeout  = 20 * time.Second
 )
 
 // errInternal is what a client gets when a handler panics.
@@ -44,26 +35,26 @@ type services struct {
 // streamWorkers is the number of goroutines kept to run gRPC handlers.
 const streamWorkers = 64
 
-// newGRPCServer builds the gRPC server with etcd's message limits and
-// keepalive policy, a panic barrier, and prometheus metrics.
-func newGRPCServer(log *slog.Logger, maxRequestBytes int, metrics *grpcprom.ServerMetrics, svc services) *grpc.Server {
-	gs := grpc.NewServer(
+// newGRPCServer builds the gRPC server with etcd's message limits, stream
+// limit and keepalive policy, a panic barrier, and prometheus metrics.
+func newGRPCServer(log *slog.Logger, cfg Config, metrics *grpcprom.ServerMetrics, svc services) *grpc.Server {
+	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor(), recoverUnary(log)),
 		grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor(), recoverStream(log)),
 		// Room above MaxRequestBytes so an oversized write reaches the
 		// handler and gets etcd's ErrGRPCRequestTooLarge.
-		grpc.MaxRecvMsgSize(maxRequestBytes+grpcOverheadBytes),
+		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes + grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
-		grpc.MaxConcurrentStreams(math.MaxUint32),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveInterval, Timeout: keepaliveTimeout}),
+		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
 		// Handlers run on long-lived workers instead of a new goroutine per
 		// request: a request into SQLite (modernc's transpiled C has large
 		// frames) grew a fresh goroutine's stack several times, a tenth of
 		// the CPU of a get. Streams beyond the workers get a goroutine of
 		// their own, as without the option.
 		grpc.NumStreamWorkers(streamWorkers),
-	)
+	}
+	opts = append(opts, keepaliveOptions(cfg)...)
+	gs := grpc.NewServer(opts...)
 	pb.RegisterKVServer(gs, svc.kv)
 	pb.RegisterWatchServer(gs, svc.watch)
 	pb.RegisterLeaseServer(gs, svc.lease)
@@ -73,6 +64,28 @@ func newGRPCServer(log *slog.Logger, maxRequestBytes int, metrics *grpcprom.Serv
 	healthpb.RegisterHealthServer(gs, svc.health)
 	metrics.InitializeMetrics(gs)
 	return gs
+}
+
+// keepaliveOptions are etcd's (embed/etcd.go): pings closer than MinTime
+// are refused (with no stream open, any ping is: PermitWithoutStream stays
+// false), and the server pings a connection idle for Interval, closing it
+// when no answer comes within Timeout. A disabled (negative) setting leaves
+// gRPC's default, as etcd does with 0.
+func keepaliveOptions(cfg Config) []grpc.ServerOption {
+	var opts []grpc.ServerOption
+	if cfg.GRPCKeepAliveMinTime > 0 {
+		opts = append(opts, grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             cfg.GRPCKeepAliveMinTime,
+			PermitWithoutStream: false,
+		}))
+	}
+	if cfg.GRPCKeepAliveInterval > 0 && cfg.GRPCKeepAliveTimeout > 0 {
+		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time:    cfg.GRPCKeepAliveInterval,
+			Timeout: cfg.GRPCKeepAliveTimeout,
+		}))
+	}
+	return opts
 }
 
 // recoverUnary turns a panic in a handler into codes.Internal. It is the

@@ -12,27 +12,30 @@ import (
 )
 
 // parseListenURL turns a client URL into a network and address for
-// net.Listen. Accepted forms:
+// net.Listen, and says whether it serves TLS. Accepted forms, etcd's:
 //
-//	http://host:port   tcp (TLS is out of scope, so no https)
+//	http://host:port   tcp
+//	https://host:port  tcp with TLS (tls.go)
 //	unix:///abs/path   unix socket at /abs/path
 //	unix://rel/path    unix socket at rel/path, relative to the working dir
 //	unix:rel/path      the same, as etcd also accepts it
-func parseListenURL(raw string) (network, address string, err error) {
+//	unixs://...        a unix socket with TLS, as etcd's unixs scheme
+func parseListenURL(raw string) (network, address string, secure bool, err error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", "", fmt.Errorf("parse listen url %q: %w", raw, err)
+		return "", "", false, fmt.Errorf("parse listen url %q: %w", raw, err)
 	}
+	secure = u.Scheme == "https" || u.Scheme == "unixs"
 	switch u.Scheme {
-	case "http":
+	case "http", "https":
 		if u.Path != "" && u.Path != "/" {
-			return "", "", fmt.Errorf("listen url %q: a path is not allowed", raw)
+			return "", "", false, fmt.Errorf("listen url %q: a path is not allowed", raw)
 		}
 		if _, port, err := net.SplitHostPort(u.Host); err != nil || port == "" {
-			return "", "", fmt.Errorf("listen url %q: want http://host:port", raw)
+			return "", "", false, fmt.Errorf("listen url %q: want %s://host:port", raw, u.Scheme)
 		}
-		return "tcp", u.Host, nil
-	case "unix":
+		return "tcp", u.Host, secure, nil
+	case "unix", "unixs":
 		var path string
 		switch {
 		case u.Opaque != "":
@@ -42,13 +45,11 @@ func parseListenURL(raw string) (network, address string, err error) {
 			path = u.Host + u.Path
 		}
 		if path == "" {
-			return "", "", fmt.Errorf("listen url %q: empty socket path", raw)
+			return "", "", false, fmt.Errorf("listen url %q: empty socket path", raw)
 		}
-		return "unix", path, nil
-	case "https", "unixs":
-		return "", "", fmt.Errorf("listen url %q: TLS is not supported", raw)
+		return "unix", path, secure, nil
 	default:
-		return "", "", fmt.Errorf("listen url %q: unsupported scheme %q (want http or unix)", raw, u.Scheme)
+		return "", "", false, fmt.Errorf("listen url %q: unsupported scheme %q (want http, https, unix or unixs)", raw, u.Scheme)
 	}
 }
 
@@ -56,7 +57,7 @@ func parseListenURL(raw string) (network, address string, err error) {
 // by a previous run is removed first, as etcd does; a socket something still
 // listens on, or any other file at that path, makes the listen fail.
 func listen(ctx context.Context, raw string) (net.Listener, error) {
-	network, address, err := parseListenURL(raw)
+	network, address, _, err := parseListenURL(raw)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 )
 
 // Opening the storage can take long: a database server that is down is
@@ -94,27 +96,39 @@ func (v *handoffView) Close() error {
 func (v *handoffView) Addr() net.Addr { return v.h.l.Addr() }
 
 // openingServer answers the probes on every listener while the storage
-// opens.
+// opens, over TLS on the TLS listeners.
 type openingServer struct {
-	http  *http.Server
-	wg    sync.WaitGroup
-	views []*handoffView
+	http      *http.Server
+	wg        sync.WaitGroup
+	listeners []net.Listener // views, or TLS listeners over views
 }
 
-func startOpeningServer(hs []*handoff) *openingServer {
+// startOpeningServer serves the probes on hs; secure[i] says whether hs[i]
+// serves TLS (with info).
+func startOpeningServer(hs []*handoff, secure []bool, info *transport.TLSInfo) (*openingServer, error) {
+	// No TLSConfig: net/http then serves HTTP/2 to TLS clients that chose
+	// it, as the final server does.
 	o := &openingServer{http: &http.Server{Handler: openingHandler(), ReadHeaderTimeout: 10 * time.Second}}
-	for _, h := range hs {
-		v := h.view(false)
-		o.views = append(o.views, v)
-		o.wg.Go(func() { _ = o.http.Serve(v) })
+	for i, h := range hs {
+		var l net.Listener = h.view(false)
+		if secure[i] {
+			tl, err := newTLSListener(l, info)
+			if err != nil {
+				o.stop()
+				return nil, err
+			}
+			l = tl
+		}
+		o.listeners = append(o.listeners, l)
+		o.wg.Go(func() { _ = o.http.Serve(l) })
 	}
-	return o
+	return o, nil
 }
 
 // stop ends the opening phase; the bound listeners stay open.
 func (o *openingServer) stop() {
-	for _, v := range o.views {
-		v.Close()
+	for _, l := range o.listeners {
+		l.Close()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

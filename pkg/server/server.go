@@ -2,12 +2,14 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/soheilhy/cmux"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -41,8 +44,17 @@ type Server struct {
 	compactor *compactor
 	listeners []*trackingListener
 	// views hand each listener's connections to cmux once the store is
-	// open (opening.go); same order as listeners.
-	views []*handoffView
+	// open (opening.go); urls and secure (TLS) are the listeners' client
+	// URLs; all in the order of listeners.
+	views  []*handoffView
+	urls   []string
+	secure []bool
+	// tlsInfo and tlsConfig are etcd's client TLS (tls.go), set when a
+	// listener serves TLS; httpTLS serves gRPC and HTTP on those listeners
+	// (https.go).
+	tlsInfo   *transport.TLSInfo
+	tlsConfig *tls.Config
+	httpTLS   *http.Server
 
 	// errc receives the first serving error; Err returns it.
 	errc chan error
@@ -80,6 +92,13 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if s.lock, err = lockDataDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
+	warnIgnoredTLS(log, cfg.TLS, cfg.ListenClientURLs)
+	if anySecure(cfg.ListenClientURLs) {
+		// After the lock: --auto-tls writes its certificate in the data dir.
+		if s.tlsInfo, s.tlsConfig, err = clientTLSInfo(log, cfg.TLS, cfg.DataDir, cfg.ListenClientURLs); err != nil {
+			return nil, err
+		}
+	}
 	// Bound first: a port in use fails before the storage is touched, and
 	// the probes answer while it opens (opening.go).
 	var handoffs []*handoff
@@ -88,13 +107,19 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		if err != nil {
 			return nil, err
 		}
+		_, _, secure, _ := parseListenURL(u)
 		tl := newTrackingListener(l)
 		h := newHandoff(tl)
 		s.listeners = append(s.listeners, tl)
 		s.views = append(s.views, h.view(true))
+		s.urls = append(s.urls, boundURL(u, l.Addr()))
+		s.secure = append(s.secure, secure)
 		handoffs = append(handoffs, h)
 	}
-	opening := startOpeningServer(handoffs)
+	opening, err := startOpeningServer(handoffs, s.secure, s.tlsInfo)
+	if err != nil {
+		return nil, err
+	}
 	err = s.openStore(ctx)
 	opening.stop()
 	if err != nil {
@@ -137,7 +162,7 @@ func (s *Server) buildServers() {
 	metrics := grpcprom.NewServerMetrics()
 	reg.MustRegister(metrics, newStoreCollector(s.store, cfg.QuotaBackendBytes))
 
-	s.grpc = newGRPCServer(s.log, cfg.MaxRequestBytes, metrics, services{
+	s.grpc = newGRPCServer(s.log, cfg, metrics, services{
 		kv: &kvServer{store: s.store, hdr: hdr, maxTxnOps: cfg.MaxTxnOps, maxRequestBytes: cfg.MaxRequestBytes},
 		watch: &watchServer{store: s.store, hdr: hdr, log: s.log.With("component", "watch"),
 			stopping: s.stopping, fragmentBytes: cfg.MaxRequestBytes + grpcOverheadBytes},
@@ -153,11 +178,15 @@ func (s *Server) buildServers() {
 		auth:   &authServer{hdr: hdr},
 		health: s.health,
 	})
+	endpoints := newHTTPHandler(s.log.With("component", "http"), s.store, reg, cfg.EnablePprof)
 	s.http = &http.Server{
-		Handler:           newHTTPHandler(s.log.With("component", "http"), s.store, reg, cfg.EnablePprof),
+		Handler:           endpoints,
 		ReadHeaderTimeout: 5 * time.Minute,
 		// Client mistakes (bad requests, resets) are not server errors.
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	if s.tlsConfig != nil {
+		s.httpTLS = newTLSHTTPServer(s.log, s.grpc, endpoints, s.tlsConfig, cfg.MaxConcurrentStreams)
 	}
 }
 
@@ -174,24 +203,37 @@ func (s *Server) Start() error {
 		return errors.New("server already started")
 	}
 	s.started = true
-	for i, l := range s.listeners {
+	for i := range s.listeners {
+		u := s.urls[i]
+		if s.secure[i] {
+			tlsL, err := newTLSListener(s.views[i], s.tlsInfo)
+			if err != nil {
+				return err
+			}
+			s.serve("https", u, func() error { return s.httpTLS.Serve(tlsL) })
+			continue
+		}
 		m := cmux.New(s.views[i])
 		httpL := m.Match(cmux.HTTP1())
 		grpcL := m.Match(cmux.HTTP2())
-		s.serve("grpc", l, func() error { return s.grpc.Serve(grpcL) })
-		s.serve("http", l, func() error { return s.http.Serve(httpL) })
-		s.serve("cmux", l, m.Serve)
+		s.serve("grpc", u, func() error { return s.grpc.Serve(grpcL) })
+		s.serve("http", u, func() error { return s.http.Serve(httpL) })
+		s.serve("cmux", u, m.Serve)
 	}
 	s.compactor.start()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	for _, l := range s.listeners {
-		s.log.Info("serving client traffic", "address", addrString(l.Addr()))
+	for i, u := range s.urls {
+		if s.secure[i] {
+			s.log.Info("serving client traffic securely", "address", u)
+		} else {
+			s.log.Info("serving client traffic", "address", u)
+		}
 	}
 	return nil
 }
 
 // serve runs fn until it fails; a failure before Close is reported on errc.
-func (s *Server) serve(what string, l net.Listener, fn func() error) {
+func (s *Server) serve(what, url string, fn func() error) {
 	s.wg.Go(func() {
 		err := fn()
 		s.mu.Lock()
@@ -202,7 +244,7 @@ func (s *Server) serve(what string, l net.Listener, fn func() error) {
 			errors.Is(err, net.ErrClosed) {
 			return
 		}
-		err = fmt.Errorf("serve %s on %s: %w", what, addrString(l.Addr()), err)
+		err = fmt.Errorf("serve %s on %s: %w", what, url, err)
 		select {
 		case s.errc <- err:
 		default:
@@ -246,6 +288,16 @@ func (s *Server) Close() error {
 	// Watch and keepalive streams never end on their own: end them now so
 	// the graceful stop waits only for unary calls in flight.
 	close(s.stopping)
+	// TLS first, as etcd: its gRPC calls run inside the net/http server,
+	// whose Shutdown lets them finish; the gRPC server's graceful stop would
+	// cut them.
+	if s.httpTLS != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), gracefulStopTimeout)
+		if err := s.httpTLS.Shutdown(ctx); err != nil {
+			s.httpTLS.Close()
+		}
+		cancel()
+	}
 	stopped := make(chan struct{})
 	go func() {
 		s.grpc.GracefulStop()
@@ -323,4 +375,11 @@ func addrString(a net.Addr) string {
 		return "unix://" + a.String()
 	}
 	return "http://" + a.String()
+}
+
+// boundURL is a listen URL with the address it was bound to (the port
+// chosen for port 0), for logs and errors.
+func boundURL(raw string, a net.Addr) string {
+	scheme, _, _ := strings.Cut(raw, ":")
+	return scheme + "://" + a.String()
 }

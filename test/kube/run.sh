@@ -19,6 +19,10 @@
 #                      postgres: create a fresh database kite_kube_<hex> with
 #                      createdb on 127.0.0.1 (user postgres; PGPORT, default
 #                      5432), run kite on it and drop it at exit
+#   KITE_KUBE_TLS=1    kite serves https with --client-cert-auth (a CA, server
+#                      and client certificates made here with openssl), and
+#                      kube-apiserver, etcdctl and curl reach it with
+#                      --etcd-cafile/--etcd-certfile/--etcd-keyfile and the like
 set -Eeuo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -96,6 +100,7 @@ summary() {
   echo "================ kube-apiserver on kite: summary ================"
   echo "kubernetes: kube-apiserver/kube-controller-manager/kubectl $(sed -n 's/^\tk8s.io\/kubernetes \(v[^ ]*\).*/\1/p' "$HERE/go.mod")"
   echo "kite storage: $(storage_desc)"
+  echo "kite client URL: ${KITE_URL:-(not started)}$([ "${KITE_KUBE_TLS:-}" = 1 ] && echo " (mutual TLS, KITE_KUBE_TLS=1)")"
   for t in "${TIMINGS[@]}"; do echo "  $t"; done
   for f in "${FAILURES[@]}"; do echo "  FAILED: $f"; done
   echo "total $(($(date +%s) - T0))s; work dir $WORK"
@@ -213,20 +218,60 @@ KITE_URL="http://127.0.0.1:$KITE_PORT"
 KITE_DATA="$WORK/kite-data"
 KITE_STORAGE_FLAGS=()
 [ -z "$ENDPOINT" ] || KITE_STORAGE_FLAGS=(--datastore-endpoint "$ENDPOINT")
-etcdctl() { "$BIN/etcdctl" --endpoints="$KITE_URL" --command-timeout=10s "$@"; }
+# TLS (KITE_KUBE_TLS=1): the flags of each client of kite.
+KITE_TLS_FLAGS=() ETCDCTL_TLS=() CURL_TLS=() APISERVER_ETCD_TLS=()
+if [ "${KITE_KUBE_TLS:-}" = 1 ]; then
+  PKI="$WORK/pki"
+  mkdir -p "$PKI"
+  log "KITE_KUBE_TLS=1: a CA, kite's server certificate and a client certificate (openssl)"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=kite-kube-ca" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+    -keyout "$PKI/ca.key" -out "$PKI/ca.crt" 2>/dev/null
+  issue() { # issue NAME EXTENSIONS: NAME.crt and NAME.key signed by the CA
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=$1" -keyout "$PKI/$1.key" -out "$PKI/$1.csr" 2>/dev/null
+    printf '%s\n' "$2" >"$PKI/$1.ext"
+    openssl x509 -req -in "$PKI/$1.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+      -days 2 -extfile "$PKI/$1.ext" -out "$PKI/$1.crt" 2>/dev/null
+  }
+  issue kite "subjectAltName=IP:127.0.0.1,DNS:localhost
+extendedKeyUsage=serverAuth"
+  issue kube-apiserver-etcd-client "extendedKeyUsage=clientAuth"
+  KITE_URL="https://127.0.0.1:$KITE_PORT"
+  KITE_TLS_FLAGS=(--cert-file "$PKI/kite.crt" --key-file "$PKI/kite.key"
+    --trusted-ca-file "$PKI/ca.crt" --client-cert-auth)
+  ETCDCTL_TLS=(--cacert "$PKI/ca.crt" --cert "$PKI/kube-apiserver-etcd-client.crt" --key "$PKI/kube-apiserver-etcd-client.key")
+  CURL_TLS=(--cacert "$PKI/ca.crt" --cert "$PKI/kube-apiserver-etcd-client.crt" --key "$PKI/kube-apiserver-etcd-client.key")
+  APISERVER_ETCD_TLS=(--etcd-cafile="$PKI/ca.crt" --etcd-certfile="$PKI/kube-apiserver-etcd-client.crt"
+    --etcd-keyfile="$PKI/kube-apiserver-etcd-client.key")
+fi
+etcdctl() { "$BIN/etcdctl" --endpoints="$KITE_URL" "${ETCDCTL_TLS[@]}" --command-timeout=10s "$@"; }
+kite_curl() { curl -fsS "${CURL_TLS[@]}" "$@"; }
 kite_count() { # kite_count KEY [--prefix]: number of keys kite holds
   etcdctl get "$@" --keys-only -w json | jq -r '.count // 0'
 }
 
 start_kite() {
   "$BIN/kite" --name kite-kube --data-dir "$KITE_DATA" "${KITE_STORAGE_FLAGS[@]}" \
-    --listen-client-urls "$KITE_URL" --advertise-client-urls "$KITE_URL" \
+    --listen-client-urls "$KITE_URL" --advertise-client-urls "$KITE_URL" "${KITE_TLS_FLAGS[@]}" \
     --log-level warn >>"$LOGS/kite.log" 2>&1 &
   PIDS[kite]=$!
-  wait_for 30 "kite answers /health" curl -fsS "$KITE_URL/health"
+  wait_for 30 "kite answers /health" kite_curl "$KITE_URL/health"
 }
 log "starting kite on $KITE_URL"
 start_kite || die "kite did not start"
+if [ "${KITE_KUBE_TLS:-}" = 1 ]; then
+  # Mutual TLS is enforced: without a client certificate kite refuses.
+  if curl -fsS --max-time 5 --cacert "$PKI/ca.crt" "$KITE_URL/health" >/dev/null 2>&1; then
+    fail "kite answered a client without a certificate"
+  else
+    pass "kite refuses a client without a certificate"
+  fi
+  if "$BIN/etcdctl" --endpoints="$KITE_URL" --cacert "$PKI/ca.crt" --dial-timeout=2s --command-timeout=3s get x >/dev/null 2>&1; then
+    fail "etcdctl without a client certificate was served"
+  else
+    pass "etcdctl without a client certificate is refused"
+  fi
+fi
 
 # ------------------------------------------------------- certs and tokens
 openssl genrsa -out "$WORK/sa.key" 2048 2>/dev/null
@@ -260,7 +305,7 @@ kubectl() { "$BIN/kubectl" --request-timeout=30s "$@"; }
 # ---------------------------------------------------------- kube-apiserver
 log "starting kube-apiserver on 127.0.0.1:$API_PORT (etcd: kite)"
 "$BIN/kube-apiserver" \
-  --etcd-servers="$KITE_URL" \
+  --etcd-servers="$KITE_URL" "${APISERVER_ETCD_TLS[@]}" \
   --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$API_PORT" \
   --endpoint-reconciler-type=none \
   --cert-dir="$WORK/certs" \
@@ -428,7 +473,7 @@ if wait_for 90 "apiserver compacted past revision $REV_BEFORE_BULK" compacted_pa
   else
     fail "read at compacted revision: $(cat "$WORK/old-read.out")"
   fi
-  KITE_COMPACT_METRIC=$(curl -fsS "$KITE_URL/metrics" | awk '/^etcd_debugging_mvcc_compact_revision /{print $2}')
+  KITE_COMPACT_METRIC=$(kite_curl "$KITE_URL/metrics" | awk '/^etcd_debugging_mvcc_compact_revision /{print $2}')
   if [ -n "$KITE_COMPACT_METRIC" ] && awk -v a="$KITE_COMPACT_METRIC" -v b="$COMPACT_REV" 'BEGIN{exit !(a+0 >= b+0)}'; then
     pass "kite reports etcd_debugging_mvcc_compact_revision $KITE_COMPACT_METRIC"
   else
@@ -523,7 +568,7 @@ if [ "$LIST_STREAM" -gt 0 ]; then
 else
   fail "no etcd_requests_total{operation=listStream}: RangeStream not used"
 fi
-KITE_RANGESTREAM=$(curl -fsS "$KITE_URL/metrics" | { grep -E '^grpc_server_started_total\{.*grpc_method="RangeStream"' || true; } | awk '{s += $NF} END {printf "%d", s}')
+KITE_RANGESTREAM=$(kite_curl "$KITE_URL/metrics" | { grep -E '^grpc_server_started_total\{.*grpc_method="RangeStream"' || true; } | awk '{s += $NF} END {printf "%d", s}')
 if [ "$KITE_RANGESTREAM" -gt 0 ]; then pass "kite served RangeStream calls since restart: $KITE_RANGESTREAM"; else fail "kite saw no RangeStream call since restart"; fi
 for bad in "RequestWatchProgress feature is not supported" \
   "Failed to check if RequestWatchProgress is supported" \
