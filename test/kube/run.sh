@@ -178,10 +178,16 @@ wait_for() {
   done
 }
 
+# free_port picks a port below the kernel's ephemeral range
+# (/proc/sys/net/ipv4/ip_local_port_range, 32768-60999 by default): a port
+# picked inside it can be taken by an outgoing connection (kube-apiserver
+# opens many) before the server that was to bind it starts.
 free_port() {
-  local p
+  local p low
+  low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+  [ "$low" -gt 21000 ] || low=32768
   for _ in $(seq 1 200); do
-    p=$((20000 + RANDOM % 40000))
+    p=$((20000 + RANDOM % (low - 20000)))
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
       echo "$p"
       return 0
