@@ -289,6 +289,7 @@ func printUsage(w io.Writer, fs *flag.FlagSet) {
   kite [flags]          serve the etcd v3 API from SQLite (default) or Postgres
   kite snapshot save    stream a snapshot from a running server to a file
   kite snapshot restore create a data dir from a snapshot (kite snapshot for usage)
+  kite copy             copy a cluster between storages, or from an etcd (kite copy --help)
   kite version          print version information
 
 Every flag can also be set through an environment variable (shown below);

@@ -2,6 +2,7 @@
 //
 //	kite [flags]        serve (see kite --help)
 //	kite snapshot ...   save a snapshot from a server, restore one into a data dir
+//	kite copy ...       copy a cluster between storages (sqlite, postgres, an etcd endpoint)
 //	kite version        print versions
 package main
 
@@ -20,6 +21,8 @@ func main() {
 			os.Exit(runVersion(os.Args[2:]))
 		case "snapshot":
 			os.Exit(runSnapshot(os.Args[2:]))
+		case "copy":
+			os.Exit(runCopy(os.Args[2:]))
 		}
 	}
 	os.Exit(runServe(os.Args[1:]))

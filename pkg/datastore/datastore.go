@@ -138,7 +138,9 @@ func Open(ctx context.Context, cfg Config) (mvcc.Backend, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("open postgres datastore %s: %w", Redact(cfg.Endpoint), ctx.Err())
+			// The last failure says why (no such database, authentication),
+			// which the deadline alone does not.
+			return nil, errors.Join(fmt.Errorf("open postgres datastore %s: %w", Redact(cfg.Endpoint), ctx.Err()), err)
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 10*time.Second)

@@ -4,5 +4,5 @@ package server
 
 import "os"
 
-// lockDataDir is a no-op where flock is unavailable.
-func lockDataDir(dir string) (*os.File, error) { return nil, nil }
+// LockDataDir is a no-op where flock is unavailable.
+func LockDataDir(dir string) (*os.File, error) { return nil, nil }

@@ -10,11 +10,12 @@ import (
 	"syscall"
 )
 
-// lockDataDir takes an exclusive advisory lock on DataDir/kite.lock so that
-// two kite processes never serve the same database: each would number its
+// LockDataDir takes an exclusive advisory lock on DataDir/kite.lock so that
+// two kite processes never serve (or `kite copy` never writes) the same
+// database: each would number its
 // own revisions and the log would fork (etcd locks its WAL for the same
 // reason). The lock dies with the process, so a crash never leaves it stale.
-func lockDataDir(dir string) (*os.File, error) {
+func LockDataDir(dir string) (*os.File, error) {
 	path := filepath.Join(dir, "kite.lock")
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {

@@ -89,7 +89,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
-	if s.lock, err = lockDataDir(cfg.DataDir); err != nil {
+	if s.lock, err = LockDataDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
 	warnIgnoredTLS(log, cfg.TLS, cfg.ListenClientURLs)
