@@ -111,7 +111,8 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 }
 
 // parseServeFlags parses args, then fills every flag not given on the
-// command line from its environment variable.
+// command line from its environment variable: KITE_<FLAG>, else, for a
+// flag with etcd's meaning, ETCD_<FLAG>.
 func parseServeFlags(args []string, getenv func(string) string) (*serveFlags, error) {
 	f := &serveFlags{}
 	fs := newServeFlagSet(f)
@@ -134,12 +135,19 @@ func parseServeFlags(args []string, getenv func(string) string) (*serveFlags, er
 		if err != nil || set[fl.Name] || set[aliasTarget(fl.Name)] {
 			return
 		}
-		v := getenv(envName(fl.Name))
+		// KITE_ wins over ETCD_ (etcdenv.go).
+		env := envName(fl.Name)
+		v := getenv(env)
+		if v == "" {
+			if env = etcdEnvName(fl.Name); env != "" {
+				v = getenv(env)
+			}
+		}
 		if v == "" {
 			return
 		}
 		if serr := fs.Set(fl.Name, v); serr != nil {
-			err = fmt.Errorf("invalid value %q for %s: %w", v, envName(fl.Name), serr)
+			err = fmt.Errorf("invalid value %q for %s: %w", v, env, serr)
 		}
 	})
 	if err == nil && f.autoTLS && f.selfSignedCertValidity == 0 {
@@ -293,7 +301,8 @@ func printUsage(w io.Writer, fs *flag.FlagSet) {
   kite version          print version information
 
 Every flag can also be set through an environment variable (shown below);
-a flag given on the command line wins over the environment.
+a flag with etcd's name and meaning also reads etcd's ETCD_ variable. A flag
+given on the command line wins, then KITE_, then ETCD_.
 
 Flags:
 `)
@@ -304,6 +313,10 @@ Flags:
 		if fl.DefValue != "" && fl.DefValue != "[]" {
 			fmt.Fprintf(w, "        default: %s\n", fl.DefValue)
 		}
-		fmt.Fprintf(w, "        env: %s\n", envName(fl.Name))
+		if e := etcdEnvName(fl.Name); e != "" {
+			fmt.Fprintf(w, "        env: %s, %s\n", envName(fl.Name), e)
+		} else {
+			fmt.Fprintf(w, "        env: %s\n", envName(fl.Name))
+		}
 	})
 }

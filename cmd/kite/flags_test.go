@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"flag"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -184,5 +185,43 @@ func TestParseTLSFlags(t *testing.T) {
 		if _, err := parseServeFlags(bad, env(nil)); err == nil {
 			t.Errorf("%v: no error", bad)
 		}
+	}
+}
+
+// TestParseServeFlagsEtcdEnv: a manifest written for etcd (ETCD_ variables)
+// configures kite; KITE_ wins over ETCD_, the command line over both, and
+// kite's own flags do not read ETCD_.
+func TestParseServeFlagsEtcdEnv(t *testing.T) {
+	f, err := parseServeFlags([]string{"--max-txn-ops=7"}, env(map[string]string{
+		"ETCD_NAME":                      "etcd-0",
+		"ETCD_DATA_DIR":                  "/var/lib/etcd",
+		"KITE_DATA_DIR":                  "/var/lib/kite",
+		"ETCD_LISTEN_CLIENT_URLS":        "http://127.0.0.1:2379",
+		"ETCD_MAX_TXN_OPS":               "9",
+		"ETCD_AUTO_COMPACTION_MODE":      "revision",
+		"ETCD_AUTO_COMPACTION_RETENTION": "1000",
+		"ETCD_LOG_FORMAT":                "json",
+		"ETCD_DATASTORE_ENDPOINT":        "postgres://x",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.config(nil)
+	if c.Name != "etcd-0" || strings.Join(c.ListenClientURLs, ",") != "http://127.0.0.1:2379" ||
+		c.AutoCompactionMode != "revision" || c.AutoCompactionRetention != "1000" {
+		t.Errorf("ETCD_ variables not applied: %+v", c)
+	}
+	if c.DataDir != "/var/lib/kite" {
+		t.Errorf("data dir %q: KITE_DATA_DIR must win over ETCD_DATA_DIR", c.DataDir)
+	}
+	if c.MaxTxnOps != 7 {
+		t.Errorf("max txn ops %d: the command line must win over ETCD_MAX_TXN_OPS", c.MaxTxnOps)
+	}
+	if f.logFormat != "text" || f.datastoreEndpoint != "" {
+		t.Errorf("kite's own flags read ETCD_ variables: log format %q, datastore %q", f.logFormat, f.datastoreEndpoint)
+	}
+	got := unknownEtcdEnv([]string{"ETCD_NAME=x", "ETCD_INITIAL_CLUSTER=a=b", "ETCDCTL_API=3", "PATH=/bin", "ETCD_LOG_FORMAT=json"})
+	if want := []string{"ETCD_INITIAL_CLUSTER", "ETCD_LOG_FORMAT"}; !slices.Equal(got, want) {
+		t.Errorf("unknown ETCD_ variables = %v; want %v", got, want)
 	}
 }

@@ -33,6 +33,9 @@ func runServe(args []string) int {
 	if err != nil {
 		return fatalf("%v", err)
 	}
+	for _, name := range unknownEtcdEnv(os.Environ()) {
+		log.Warn("etcd environment variable not understood by kite; ignored", "variable", name)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
