@@ -20,7 +20,7 @@ const etcdEnvPrefix = "ETCD_"
 // --datastore-* flags of k3s) read only their KITE_ variable.
 func etcdFlags() []string {
 	return []string{
-		"name", "data-dir", "listen-client-urls", "advertise-client-urls",
+		"name", "data-dir", "listen-client-urls", "advertise-client-urls", "initial-advertise-peer-urls",
 		"max-request-bytes", "max-txn-ops", "quota-backend-bytes",
 		"watch-progress-notify-interval", "experimental-watch-progress-notify-interval",
 		"auto-compaction-mode", "auto-compaction-retention", "log-level", "enable-pprof",

@@ -27,6 +27,7 @@ type serveFlags struct {
 	dataDir                 string
 	listenClientURLs        urlsFlag
 	advertiseClientURLs     urlsFlag
+	advertisePeerURLs       urlsFlag
 	maxRequestBytes         uint
 	maxTxnOps               uint
 	quotaBackendBytes       int64
@@ -75,6 +76,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.StringVar(&f.dataDir, "data-dir", "./default.kite", "Path to the data directory (created 0700; the database is kite.db in it).")
 	f.listenClientURLs = urlsFlag{server.DefaultListenClientURL}
 	fs.Var(&f.listenClientURLs, "listen-client-urls", "Comma-separated `URLs` to serve clients on: http://host:port or unix:///path.")
+	fs.Var(&f.advertisePeerURLs, "initial-advertise-peer-urls", "Comma-separated peer `URLs` of this member as member lists report them (default: etcd's http://localhost:2380).")
 	fs.Var(&f.advertiseClientURLs, "advertise-client-urls", "Comma-separated client `URLs` reported to clients in member lists (default: the listen URLs).")
 	fs.UintVar(&f.maxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "Maximum client request size in bytes the server will accept.")
 	fs.UintVar(&f.maxTxnOps, "max-txn-ops", server.DefaultMaxTxnOps, "Maximum number of operations permitted in a transaction.")
@@ -174,6 +176,7 @@ func (f *serveFlags) config(log *slog.Logger) server.Config {
 		},
 		ListenClientURLs:            f.listenClientURLs,
 		AdvertiseClientURLs:         f.advertiseClientURLs,
+		AdvertisePeerURLs:           f.advertisePeerURLs,
 		MaxRequestBytes:             int(f.maxRequestBytes),
 		MaxTxnOps:                   int(f.maxTxnOps),
 		QuotaBackendBytes:           f.quotaBackendBytes,

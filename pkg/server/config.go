@@ -16,6 +16,7 @@ import (
 const (
 	DefaultName                        = "default"
 	DefaultListenClientURL             = "http://127.0.0.1:2379"
+	DefaultAdvertisePeerURL            = "http://localhost:2380"
 	DefaultMaxRequestBytes             = 1.5 * 1024 * 1024
 	DefaultMaxTxnOps                   = 128
 	DefaultQuotaBackendBytes           = 2 * 1024 * 1024 * 1024
@@ -61,6 +62,10 @@ type Config struct {
 	// https://host:port (TLS, see TLS), unix:///abs/path or unix://rel/path
 	// (unixs:// for TLS on a socket). Default http://127.0.0.1:2379.
 	ListenClientURLs []string
+	// AdvertisePeerURLs are this member's peer URLs as MemberList reports
+	// them (etcd --initial-advertise-peer-urls; default etcd's
+	// http://localhost:2380). A single kite member has no peers to talk to.
+	AdvertisePeerURLs []string
 	// AdvertiseClientURLs are reported in MemberList and feed the member ID.
 	// Default: ListenClientURLs.
 	AdvertiseClientURLs []string
@@ -121,6 +126,9 @@ func (c Config) withDefaults() Config {
 	}
 	if len(c.AdvertiseClientURLs) == 0 {
 		c.AdvertiseClientURLs = c.ListenClientURLs
+	}
+	if len(c.AdvertisePeerURLs) == 0 {
+		c.AdvertisePeerURLs = []string{DefaultAdvertisePeerURL}
 	}
 	if c.MaxRequestBytes <= 0 {
 		c.MaxRequestBytes = DefaultMaxRequestBytes

@@ -173,6 +173,7 @@ func (s *Server) buildServers() {
 		cluster: &clusterServer{hdr: hdr, member: &pb.Member{
 			ID:         mid,
 			Name:       cfg.Name,
+			PeerURLs:   cfg.AdvertisePeerURLs,
 			ClientURLs: cfg.AdvertiseClientURLs,
 		}},
 		auth:   &authServer{hdr: hdr},

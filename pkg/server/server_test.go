@@ -211,7 +211,8 @@ func TestServerSmoke(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(ml.Members) != 1 || ml.Members[0].ID != st.Leader || ml.Members[0].ClientURLs[0] != "http://127.0.0.1:0" {
+		if len(ml.Members) != 1 || ml.Members[0].ID != st.Leader || ml.Members[0].ClientURLs[0] != "http://127.0.0.1:0" ||
+			len(ml.Members[0].PeerURLs) != 1 || ml.Members[0].PeerURLs[0] != "http://localhost:2380" {
 			t.Fatalf("members: %+v", ml.Members)
 		}
 		if _, err := cli.MemberAdd(ctx, []string{"http://127.0.0.1:2380"}); err == nil {
