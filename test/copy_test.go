@@ -138,6 +138,8 @@ func sameLeases(t *testing.T, ctx context.Context, want, got *server) {
 			for _, k := range ttl.Keys {
 				keys = append(keys, string(k))
 			}
+			// etcd lists a lease's keys in no particular order.
+			slices.Sort(keys)
 			out = append(out, fmt.Sprintf("%x ttl=%d keys=%v", int64(l.ID), ttl.GrantedTTL, keys))
 		}
 		slices.Sort(out)
