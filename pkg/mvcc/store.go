@@ -440,13 +440,13 @@ func (s *Store) LeaseRenew(ctx context.Context, id int64) (int64, error) {
 // LeaseTimeToLive answers with ErrLeaseNotFound for an unknown lease; the
 // gRPC layer turns that into etcd's TTL -1 answer.
 func (s *Store) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
-	granted, left, ok := s.lessor.remaining(r.ID)
-	if !ok && s.shared != nil {
-		if err := s.sync(ctx); err != nil {
-			return nil, err
-		}
-		granted, left, ok = s.lessor.remaining(r.ID)
+	// On a shared storage the lease may have been granted or revoked
+	// through another server a moment ago: catch up first, so the answer is
+	// linearizable as etcd's (which asks its leader).
+	if err := s.sync(ctx); err != nil {
+		return nil, err
 	}
+	granted, left, ok := s.lessor.remaining(r.ID)
 	if !ok {
 		return nil, ErrLeaseNotFound
 	}
