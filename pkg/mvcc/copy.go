@@ -5,9 +5,6 @@ import (
 	"fmt"
 )
 
-// copyChunk bounds the log rows Copy holds in memory at once.
-const copyChunk = 4096
-
 // Copy writes the whole state of src into dst: every row of the log in
 // (revision, sub-revision) order, the leases, the alarms and the current and
 // compacted revisions. dst must be empty; the caller commits it. Revisions
@@ -20,31 +17,11 @@ func Copy(ctx context.Context, dst WriteTx, src ReadTx) error {
 	if err != nil {
 		return fmt.Errorf("copy: read revisions: %w", err)
 	}
-	for from := int64(1); from <= current; {
-		rows, err := src.Changes(ctx, from, current, copyChunk, false)
-		if err != nil {
-			return fmt.Errorf("copy: read log from revision %d: %w", from, err)
-		}
-		if len(rows) == copyChunk {
-			// The chunk may end inside a revision: copy the whole revisions
-			// and read the partial one again.
-			last := rows[len(rows)-1].KV.ModRevision
-			if whole := wholeRevisions(rows, last); len(whole) > 0 {
-				rows = whole
-				from = last
-			} else {
-				// One revision larger than a chunk: read it alone.
-				if rows, err = src.Changes(ctx, last, last, 0, false); err != nil {
-					return fmt.Errorf("copy: read revision %d: %w", last, err)
-				}
-				from = last + 1
-			}
-		} else {
-			from = current + 1
-		}
-		if err := copyRows(ctx, dst, rows); err != nil {
-			return err
-		}
+	err = eachChunk(ctx, src, 1, current, false, func(rows []Change) error {
+		return copyRows(ctx, dst, rows)
+	})
+	if err != nil {
+		return fmt.Errorf("copy: %w", err)
 	}
 	leases, err := src.Leases(ctx)
 	if err != nil {
@@ -68,15 +45,6 @@ func Copy(ctx context.Context, dst WriteTx, src ReadTx) error {
 		return fmt.Errorf("copy: set revisions: %w", err)
 	}
 	return nil
-}
-
-// wholeRevisions drops the rows of revision last from the end of rows.
-func wholeRevisions(rows []Change, last int64) []Change {
-	n := len(rows)
-	for n > 0 && rows[n-1].KV.ModRevision == last {
-		n--
-	}
-	return rows[:n]
 }
 
 func copyRows(ctx context.Context, dst WriteTx, rows []Change) error {

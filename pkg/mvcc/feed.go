@@ -17,9 +17,6 @@ import (
 // not the next one first reads the revisions between (another Store's rows:
 // the storage's revision lock ordered them before this commit).
 
-// feedChunk bounds the log rows read per step of a catch-up.
-const feedChunk = 4096
-
 // follow handles one notice of a shared storage, on the writer's goroutine.
 func (s *Store) follow(n Notice) {
 	if n.Renewed != 0 {
@@ -94,22 +91,7 @@ func (s *Store) publishFrom(ctx context.Context, tx ReadTx, upTo, compacted int6
 		s.current.Store(compacted)
 		from = compacted + 1
 	}
-	for from <= upTo {
-		rows, err := tx.Changes(ctx, from, upTo, feedChunk, true)
-		if err != nil {
-			return fmt.Errorf("read revisions %d-%d: %w", from, upTo, err)
-		}
-		next := upTo + 1
-		if len(rows) == feedChunk {
-			last := rows[len(rows)-1].KV.ModRevision
-			if whole := wholeRevisions(rows, last); len(whole) > 0 {
-				rows, next = whole, last
-			} else if rows, err = tx.Changes(ctx, last, last, 0, true); err != nil {
-				return fmt.Errorf("read revision %d: %w", last, err)
-			} else {
-				next = last + 1
-			}
-		}
+	err := eachChunk(ctx, tx, from, upTo, true, func(rows []Change) error {
 		for len(rows) > 0 {
 			rev := rows[0].KV.ModRevision
 			n := 1
@@ -120,11 +102,14 @@ func (s *Store) publishFrom(ctx context.Context, tx ReadTx, upTo, compacted int6
 			s.hub.publish(rev, rows[:n:n])
 			rows = rows[n:]
 		}
-		// Revisions without rows do not exist: every revision is a write
-		// that changed at least one key.
-		s.current.Store(next - 1)
-		from = next
+		return nil
+	})
+	if err != nil {
+		return err
 	}
+	// Every revision is a write that changed at least one key, so none is
+	// left without rows; upTo is this Store's current revision now.
+	s.current.Store(max(s.current.Load(), upTo))
 	return nil
 }
 
