@@ -15,6 +15,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -83,15 +84,35 @@ func goBuild(root, out, pkg string) error {
 	return nil
 }
 
-// freePort returns a loopback port that was free a moment ago.
+// freePort returns a loopback port that was free a moment ago, picked
+// below the kernel's ephemeral range. A port from bind(:0) lies inside
+// that range, and a server that is stopped and started again on it (a
+// restarted Postgres, a crashed kite) can find it taken by one of the
+// thousands of outgoing connections the tests make meanwhile.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	if low <= 21000 {
+		low = 32768 // an unusual range: fall back to the default's floor
+	}
+	for range 1000 {
+		port := 20000 + rand.IntN(low-20000)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port
+	}
+	t.Fatalf("free port: none free in 20000-%d", low-1)
+	return 0
 }
 
 // server is one etcd-compatible endpoint with its clients.

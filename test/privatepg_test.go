@@ -60,7 +60,7 @@ func startPrivatePostgres(t testing.TB) *privatePostgres {
 		t.Fatalf("initdb: %v\n%s", err, out)
 	}
 	if out, err := p.ctl("start"); err != nil {
-		t.Fatalf("start private postgres: %v\n%s", err, out)
+		t.Fatalf("start private postgres: %v\n%s\nserver log:\n%s", err, out, p.Log())
 	}
 	return p
 }
@@ -96,7 +96,7 @@ func (p *privatePostgres) ctl(action string, args ...string) ([]byte, error) {
 func (p *privatePostgres) Restart() {
 	p.t.Helper()
 	if out, err := p.ctl("restart", "-m", "fast"); err != nil {
-		p.t.Fatalf("restart private postgres: %v\n%s", err, out)
+		p.t.Fatalf("restart private postgres: %v\n%s\nserver log:\n%s", err, out, p.Log())
 	}
 }
 

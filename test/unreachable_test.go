@@ -65,7 +65,7 @@ func TestStartWithDatabaseDown(t *testing.T) {
 	})
 
 	if out, err := pg.ctl("start"); err != nil {
-		t.Fatalf("start private postgres: %v\n%s", err, out)
+		t.Fatalf("start private postgres: %v\n%s\nserver log:\n%s", err, out, pg.Log())
 	}
 	waitFor("/readyz 200 once the database is up", func() bool { return probe("/readyz") == http.StatusOK })
 	c, err := newClient(ep)
