@@ -28,6 +28,8 @@ func etcdFlags() []string {
 		"client-cert-allowed-hostname", "cipher-suites", "tls-min-version", "tls-max-version",
 		"auto-tls", "self-signed-cert-validity", "max-concurrent-streams",
 		"grpc-keepalive-min-time", "grpc-keepalive-interval", "grpc-keepalive-timeout",
+		"listen-peer-urls", "initial-cluster", "initial-cluster-state", "initial-cluster-token",
+		"heartbeat-interval", "election-timeout", "snapshot-count", "max-snapshots", "max-wals",
 	}
 }
 

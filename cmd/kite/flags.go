@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kite-db/kite/pkg/datastore"
+	"github.com/kite-db/kite/pkg/drivers/raftsql"
 	"github.com/kite-db/kite/pkg/mvcc"
 	"github.com/kite-db/kite/pkg/server"
 )
@@ -54,6 +55,19 @@ type serveFlags struct {
 	grpcKeepAliveMinTime   time.Duration
 	grpcKeepAliveInterval  time.Duration
 	grpcKeepAliveTimeout   time.Duration
+
+	// raftsql: etcd's cluster flags.
+	listenPeerURLs      urlsFlag
+	initialCluster      string
+	initialClusterState string
+	initialClusterToken string
+	heartbeatMs         uint
+	electionMs          uint
+	snapshotCount       uint64
+	maxSnapshots        uint
+	maxWALs             uint
+	// raft is the bootstrap built from them when they select raftsql.
+	raft *raftsql.Config
 
 	datastoreEndpoint        string
 	datastoreMaxOpenConns    int
@@ -104,7 +118,16 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.DurationVar(&f.grpcKeepAliveMinTime, "grpc-keepalive-min-time", server.DefaultGRPCKeepAliveMinTime, "Minimum interval duration that a client should wait before pinging server.")
 	fs.DurationVar(&f.grpcKeepAliveInterval, "grpc-keepalive-interval", server.DefaultGRPCKeepAliveInterval, "Frequency duration of server-to-client ping to check if a connection is alive (0 to disable).")
 	fs.DurationVar(&f.grpcKeepAliveTimeout, "grpc-keepalive-timeout", server.DefaultGRPCKeepAliveTimeout, "Additional duration of wait before closing a non-responsive connection (0 to disable).")
-	fs.StringVar(&f.datastoreEndpoint, "datastore-endpoint", "", "Storage: empty or sqlite://PATH for the embedded SQLite database (kite.db in --data-dir by default); postgres://user:pass@host/db?sslmode=... for several kite servers on one Postgres database.")
+	fs.Var(&f.listenPeerURLs, "listen-peer-urls", "Comma-separated `URLs` to serve raft peers on (raftsql; default http://localhost:2380). Setting it, or --initial-cluster, selects raftsql.")
+	fs.StringVar(&f.initialCluster, "initial-cluster", "", "Initial cluster configuration for bootstrapping, name=peerURL,... (raftsql).")
+	fs.StringVar(&f.initialClusterState, "initial-cluster-state", "new", "Initial cluster state ('new' or 'existing').")
+	fs.StringVar(&f.initialClusterToken, "initial-cluster-token", "etcd-cluster", "Initial cluster token for the cluster during bootstrap.")
+	fs.UintVar(&f.heartbeatMs, "heartbeat-interval", 100, "Time (in milliseconds) of a heartbeat interval.")
+	fs.UintVar(&f.electionMs, "election-timeout", 1000, "Time (in milliseconds) for an election to timeout.")
+	fs.Uint64Var(&f.snapshotCount, "snapshot-count", 10000, "Number of committed transactions to trigger a snapshot to disk.")
+	fs.UintVar(&f.maxSnapshots, "max-snapshots", 5, "Maximum number of snapshot files to retain (0 is unlimited).")
+	fs.UintVar(&f.maxWALs, "max-wals", 5, "Maximum number of wal files to retain (0 is unlimited).")
+	fs.StringVar(&f.datastoreEndpoint, "datastore-endpoint", "", "Storage: empty or sqlite://PATH for the embedded SQLite database (kite.db in --data-dir by default); postgres://user:pass@host/db?sslmode=... for several kite servers on one Postgres database; raftsql for a member of a raft cluster (also selected by --initial-cluster or --listen-peer-urls).")
 	fs.IntVar(&f.datastoreMaxOpenConns, "datastore-max-open-connections", 0, "Most connections to a database server (0: the driver's default).")
 	fs.IntVar(&f.datastoreMaxIdleConns, "datastore-max-idle-connections", 0, "Connections to a database server kept open while idle (0: the driver's default).")
 	fs.DurationVar(&f.datastoreConnMaxLifetime, "datastore-connection-max-lifetime", 0, "Longest a database server connection is reused (0: the driver's default).")
@@ -152,6 +175,9 @@ func parseServeFlags(args []string, getenv func(string) string) (*serveFlags, er
 			err = fmt.Errorf("invalid value %q for %s: %w", v, env, serr)
 		}
 	})
+	if err == nil && f.raftMode() {
+		f.raft, err = f.raftConfig()
+	}
 	if err == nil && f.autoTLS && f.selfSignedCertValidity == 0 {
 		// etcd's words (transport.SelfCert), refused before anything starts.
 		err = errors.New("--self-signed-cert-validity: selfSignedCertValidity is invalid,it should be greater than 0")
@@ -214,6 +240,52 @@ func disabledIfZero(d time.Duration) time.Duration {
 	return d
 }
 
+// raftMode reports whether the flags select raftsql: etcd's cluster flags,
+// or --datastore-endpoint raftsql.
+func (f *serveFlags) raftMode() bool {
+	return f.initialCluster != "" || len(f.listenPeerURLs) > 0 || f.datastoreEndpoint == datastore.KindRaftSQL
+}
+
+// raftConfig turns etcd's cluster flags into a raftsql member's bootstrap.
+func (f *serveFlags) raftConfig() (*raftsql.Config, error) {
+	advertisePeer := []string(f.advertisePeerURLs)
+	if len(advertisePeer) == 0 {
+		advertisePeer = []string{server.DefaultAdvertisePeerURL}
+	}
+	listenPeer := []string(f.listenPeerURLs)
+	if len(listenPeer) == 0 {
+		listenPeer = []string{server.DefaultAdvertisePeerURL}
+	}
+	initial := f.initialCluster
+	if initial == "" {
+		// etcd's default: a cluster of this member alone.
+		initial = f.name + "=" + strings.Join(advertisePeer, ","+f.name+"=")
+	}
+	cluster, err := raftsql.ParseInitialCluster(initial)
+	if err != nil {
+		return nil, err
+	}
+	client := []string(f.advertiseClientURLs)
+	if len(client) == 0 {
+		client = f.listenClientURLs
+	}
+	return &raftsql.Config{
+		Name:            f.name,
+		InitialCluster:  cluster,
+		ClusterState:    f.initialClusterState,
+		Token:           f.initialClusterToken,
+		ListenPeer:      listenPeer,
+		AdvertisePeer:   advertisePeer,
+		AdvertiseClient: client,
+		Heartbeat:       time.Duration(f.heartbeatMs) * time.Millisecond,
+		Election:        time.Duration(f.electionMs) * time.Millisecond,
+		SnapshotCount:   f.snapshotCount,
+		MaxSnapshots:    int(f.maxSnapshots),
+		MaxWALs:         int(f.maxWALs),
+		MaxRequestBytes: int(f.maxRequestBytes),
+	}, nil
+}
+
 // datastore says where the data lives, from --datastore-* and --data-dir.
 func (f *serveFlags) datastore(log *slog.Logger) datastore.Config {
 	return datastore.Config{
@@ -222,6 +294,7 @@ func (f *serveFlags) datastore(log *slog.Logger) datastore.Config {
 		MaxOpenConns:    f.datastoreMaxOpenConns,
 		MaxIdleConns:    f.datastoreMaxIdleConns,
 		ConnMaxLifetime: f.datastoreConnMaxLifetime,
+		Raft:            f.raft,
 		Logger:          log,
 	}
 }

@@ -220,8 +220,44 @@ func TestParseServeFlagsEtcdEnv(t *testing.T) {
 	if f.logFormat != "text" || f.datastoreEndpoint != "" {
 		t.Errorf("kite's own flags read ETCD_ variables: log format %q, datastore %q", f.logFormat, f.datastoreEndpoint)
 	}
-	got := unknownEtcdEnv([]string{"ETCD_NAME=x", "ETCD_INITIAL_CLUSTER=a=b", "ETCDCTL_API=3", "PATH=/bin", "ETCD_LOG_FORMAT=json"})
-	if want := []string{"ETCD_INITIAL_CLUSTER", "ETCD_LOG_FORMAT"}; !slices.Equal(got, want) {
+	got := unknownEtcdEnv([]string{"ETCD_NAME=x", "ETCD_INITIAL_CLUSTER=a=b", "ETCD_DISCOVERY_SRV=example.com",
+		"ETCDCTL_API=3", "PATH=/bin", "ETCD_LOG_FORMAT=json"})
+	if want := []string{"ETCD_DISCOVERY_SRV", "ETCD_LOG_FORMAT"}; !slices.Equal(got, want) {
 		t.Errorf("unknown ETCD_ variables = %v; want %v", got, want)
+	}
+}
+
+// TestParseServeFlagsRaft: etcd's cluster flags (or their ETCD_ variables)
+// select raftsql and become the member's bootstrap; without them kite stays
+// a single SQLite server.
+func TestParseServeFlagsRaft(t *testing.T) {
+	f, err := parseServeFlags(nil, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.raft != nil || f.datastore(nil).Raft != nil {
+		t.Fatalf("no cluster flag, yet raftsql selected: %+v", f.raft)
+	}
+	f, err = parseServeFlags([]string{"--name=n1", "--initial-advertise-peer-urls=http://127.0.0.1:2381",
+		"--listen-peer-urls=http://127.0.0.1:2381", "--heartbeat-interval=50", "--election-timeout=500"},
+		env(map[string]string{
+			"ETCD_INITIAL_CLUSTER":       "n0=http://127.0.0.1:2380,n1=http://127.0.0.1:2381",
+			"ETCD_INITIAL_CLUSTER_TOKEN": "tok",
+			"ETCD_SNAPSHOT_COUNT":        "500",
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.datastore(nil).Raft
+	if r == nil {
+		t.Fatal("--initial-cluster given, raftsql not selected")
+	}
+	if r.Name != "n1" || len(r.InitialCluster) != 2 || r.InitialCluster["n0"][0] != "http://127.0.0.1:2380" ||
+		r.Token != "tok" || r.SnapshotCount != 500 || r.Heartbeat != 50*time.Millisecond ||
+		r.Election != 500*time.Millisecond || r.ClusterState != "new" {
+		t.Errorf("raft bootstrap = %+v", r)
+	}
+	if _, err := parseServeFlags([]string{"--initial-cluster=n0"}, env(nil)); err == nil {
+		t.Error("--initial-cluster=n0 (no URL) accepted")
 	}
 }

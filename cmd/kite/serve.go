@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/version"
 
 	"github.com/kite-db/kite/pkg/datastore"
+	"github.com/kite-db/kite/pkg/drivers/raftsql"
 	"github.com/kite-db/kite/pkg/server"
 )
 
@@ -28,6 +29,14 @@ func runServe(args []string) int {
 	kind, err := datastore.Kind(f.datastoreEndpoint)
 	if err != nil {
 		return fatalf("--datastore-endpoint: %v", err)
+	}
+	if f.raft != nil {
+		kind = datastore.KindRaftSQL
+		// etcd refuses a bad bootstrap before it writes anything, the data
+		// dir included.
+		if err := raftsql.CheckBootstrap(f.dataDir, *f.raft); err != nil {
+			return fatalf("%v", err)
+		}
 	}
 	log, err := f.newLogger(os.Stderr)
 	if err != nil {

@@ -4,6 +4,8 @@
 //
 //	""  or sqlite://PATH           embedded SQLite (PATH, or kite.db in the data dir)
 //	postgres://... postgresql://... several kite servers on one Postgres database
+//	raftsql                         a member of a raft cluster (Config.Raft), each
+//	                                member with its own SQLite in the data dir
 package datastore
 
 import (
@@ -19,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/kite-db/kite/pkg/drivers/postgres"
+	"github.com/kite-db/kite/pkg/drivers/raftsql"
 	"github.com/kite-db/kite/pkg/drivers/sqlite"
 	"github.com/kite-db/kite/pkg/mvcc"
 )
@@ -27,6 +30,7 @@ import (
 const (
 	KindSQLite   = "sqlite"
 	KindPostgres = "postgres"
+	KindRaftSQL  = "raftsql"
 )
 
 // Config says where the data lives and how to reach it.
@@ -41,7 +45,10 @@ type Config struct {
 	MaxOpenConns    int
 	MaxIdleConns    int
 	ConnMaxLifetime time.Duration
-	Logger          *slog.Logger
+	// Raft is the member's bootstrap in raftsql mode (etcd's
+	// --initial-cluster and the other peer flags); it selects raftsql.
+	Raft   *raftsql.Config
+	Logger *slog.Logger
 }
 
 // Kind returns the kind of storage an endpoint names, or an error for a
@@ -50,9 +57,12 @@ func Kind(endpoint string) (string, error) {
 	if endpoint == "" {
 		return KindSQLite, nil
 	}
+	if endpoint == KindRaftSQL {
+		return KindRaftSQL, nil
+	}
 	scheme, _, ok := strings.Cut(endpoint, "://")
 	if !ok {
-		return "", fmt.Errorf("datastore endpoint %q: want sqlite://PATH or postgres://...", Redact(endpoint))
+		return "", fmt.Errorf("datastore endpoint %q: want sqlite://PATH, postgres://... or raftsql", Redact(endpoint))
 	}
 	switch strings.ToLower(scheme) {
 	case "sqlite":
@@ -108,6 +118,21 @@ func Open(ctx context.Context, cfg Config) (mvcc.Backend, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Raft != nil && kind != KindRaftSQL && cfg.Endpoint != "" {
+		return nil, fmt.Errorf("datastore endpoint %s and raft peer flags (--initial-cluster, --listen-peer-urls) select two storages; raftsql keeps its SQLite in the data dir", Redact(cfg.Endpoint))
+	}
+	if cfg.Raft != nil || kind == KindRaftSQL {
+		rc := raftsql.Config{}
+		if cfg.Raft != nil {
+			rc = *cfg.Raft
+		}
+		rc.DataDir, rc.Logger = cfg.DataDir, log
+		n, err := raftsql.Open(ctx, rc)
+		if err != nil {
+			return nil, fmt.Errorf("open raftsql member: %w", err)
+		}
+		return n, nil
 	}
 	if kind == KindSQLite {
 		path := SQLitePath(cfg.Endpoint, cfg.DataDir)

@@ -77,6 +77,9 @@ type Store struct {
 	// storage (lease expiry, automatic and physical compaction); always
 	// set when the storage is not shared.
 	primary atomic.Bool
+	// repl is the Backend's replicated log (raftsql); nil when writes are
+	// applied where they are received.
+	repl Replicator
 
 	writec    chan *pending
 	lessor    *lessor
@@ -112,7 +115,9 @@ func Open(ctx context.Context, b Backend, cfg Config) (*Store, error) {
 		pageCounts: newPageCounts(),
 	}
 	s.readAhead = newReadAhead(s)
-	if sh, ok := b.(Shared); ok {
+	if r, ok := b.(Replicator); ok {
+		s.repl = r
+	} else if sh, ok := b.(Shared); ok {
 		// Subscribed before the state is loaded: no commit after the load
 		// can be missed.
 		s.shared, s.notices = sh, sh.Notices()
@@ -143,10 +148,22 @@ func Open(ctx context.Context, b Backend, cfg Config) (*Store, error) {
 	go s.writeLoop()
 	go s.compactor.loop(s.ctx)
 	go s.expiryLoop(s.ctx, 500*time.Millisecond)
-	if s.shared != nil {
+	switch {
+	case s.repl != nil:
+		s.wg.Add(1)
+		go s.roleLoop(s.ctx, s.repl.Primary())
+		if compacted > 0 {
+			// Physical compaction is every node's own work.
+			s.compactor.notify(compacted)
+		}
+		if err := s.repl.Start(s); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("start replication: %w", err)
+		}
+	case s.shared != nil:
 		s.wg.Add(1)
 		go s.roleLoop(s.ctx, s.shared.Primary())
-	} else if compacted > 0 {
+	case compacted > 0:
 		// A crash may have cut a physical compaction short: finish it.
 		s.compactor.notify(compacted)
 	}
@@ -228,6 +245,9 @@ func (s *Store) RangePage(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRes
 }
 
 func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount bool) (*pb.RangeResponse, error) {
+	if err := s.linearizable(ctx, r.Serializable); err != nil {
+		return nil, err
+	}
 	if len(r.RangeEnd) == 0 && r.Revision == 0 && !r.CountOnly {
 		return s.getLatest(ctx, r)
 	}
@@ -334,6 +354,9 @@ func txnReadOnly(r *pb.TxnRequest) bool {
 // readTxn evaluates a txn whose every operation is a range on a read
 // snapshot: it cannot write, so it need not wait for the writer.
 func (s *Store) readTxn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
+	if err := s.linearizable(ctx, false); err != nil {
+		return nil, err
+	}
 	tx, current, compacted, err := s.snapshot(ctx)
 	if err != nil {
 		return nil, err
@@ -418,6 +441,14 @@ func (s *Store) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.
 // does not exist or has already expired). On a shared storage the renewal
 // is also sent to the other Stores, whose clocks must follow it.
 func (s *Store) LeaseRenew(ctx context.Context, id int64) (int64, error) {
+	if s.repl != nil && !s.primary.Load() {
+		// Only the leader's clocks decide expiry.
+		return s.repl.LeaseRenewAtLeader(ctx, id)
+	}
+	// The leader may not have applied a grant its cluster committed yet.
+	if err := s.linearizable(ctx, false); err != nil {
+		return 0, err
+	}
 	ttl, err := s.lessor.renew(id)
 	if errors.Is(err, ErrLeaseNotFound) && s.shared != nil {
 		// Granted through another server a moment ago?
@@ -440,6 +471,12 @@ func (s *Store) LeaseRenew(ctx context.Context, id int64) (int64, error) {
 // LeaseTimeToLive answers with ErrLeaseNotFound for an unknown lease; the
 // gRPC layer turns that into etcd's TTL -1 answer.
 func (s *Store) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	if s.repl != nil && !s.primary.Load() {
+		return s.repl.LeaseTimeToLiveAtLeader(ctx, r)
+	}
+	if err := s.linearizable(ctx, false); err != nil {
+		return nil, err
+	}
 	// On a shared storage the lease may have been granted or revoked
 	// through another server a moment ago: catch up first, so the answer is
 	// linearizable as etcd's (which asks its leader).
@@ -466,6 +503,9 @@ func (s *Store) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveReques
 
 // LeaseLeases lists the stored leases: the lease table decides which exist.
 func (s *Store) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
+	if err := s.linearizable(ctx, false); err != nil {
+		return nil, err
+	}
 	tx, current, _, err := s.snapshot(ctx)
 	if err != nil {
 		return nil, err

@@ -10,16 +10,20 @@ import (
 )
 
 // pending is one queued unit of work for the writer: a client write request,
-// a maintenance step (fn) that needs the write transaction to itself, or a
-// catch-up with a shared storage's commits (feed.go).
+// a maintenance step (fn) that needs the write transaction to itself, a
+// catch-up with a shared storage's commits (feed.go), or committed entries
+// of a replicated log and a restore from a snapshot (replicated.go).
 type pending struct {
-	ctx     context.Context
-	req     *pb.InternalRaftRequest
-	fn      func(ctx context.Context, tx WriteTx) error
-	catchUp bool
-	resp    proto.Message
-	err     error
-	done    chan struct{}
+	ctx      context.Context
+	req      *pb.InternalRaftRequest
+	fn       func(ctx context.Context, tx WriteTx) error
+	catchUp  bool
+	entries  []Entry
+	outcomes []Outcome
+	restore  bool
+	resp     proto.Message
+	err      error
+	done     chan struct{}
 }
 
 // committed is one revision made durable by a batch, waiting to be published.
@@ -31,6 +35,9 @@ type committed struct {
 // write queues r for the writer and waits for its answer. If ctx ends first
 // the request may still be applied, as with etcd.
 func (s *Store) write(ctx context.Context, r *pb.InternalRaftRequest) (proto.Message, error) {
+	if s.repl != nil {
+		return s.repl.Propose(ctx, r)
+	}
 	p := &pending{ctx: ctx, req: r, done: make(chan struct{})}
 	return s.enqueue(ctx, p)
 }
@@ -122,10 +129,20 @@ func (s *Store) drainClosed() {
 	}
 }
 
-func isWrite(p *pending) bool { return p.fn == nil && !p.catchUp }
+func isWrite(p *pending) bool {
+	return p.fn == nil && !p.catchUp && p.entries == nil && !p.restore
+}
 
 func (s *Store) runMaintenance(p *pending) {
+	if p.entries != nil {
+		s.applyEntries(p)
+		return
+	}
 	defer close(p.done)
+	if p.restore {
+		p.err = s.restore(s.ctx)
+		return
+	}
 	if p.catchUp {
 		p.err = s.catchUp(s.ctx, 0, ChangedLeases|ChangedAlarms|ChangedCompacted)
 		return
@@ -189,6 +206,12 @@ func (s *Store) applyBatch(batch []*pending) {
 }
 
 func (s *Store) applyAndCommit(batch []*pending) ([]committed, error) {
+	return s.applyAndCommitAt(batch, 0)
+}
+
+// applyAndCommitAt is applyAndCommit that also records index, the last
+// replicated log entry of the batch (0: the batch is not replicated).
+func (s *Store) applyAndCommitAt(batch []*pending, index uint64) ([]committed, error) {
 	tx, err := s.beginBatch(batch)
 	if err != nil {
 		return nil, fmt.Errorf("begin write: %w", err)
@@ -232,6 +255,17 @@ func (s *Store) applyAndCommit(batch []*pending) ([]committed, error) {
 		if err := tx.SetRevisions(s.ctx, current, compacted); err != nil {
 			_ = tx.Rollback()
 			return nil, fmt.Errorf("set revisions: %w", err)
+		}
+	}
+	if index != 0 {
+		at, ok := tx.(AppliedIndexTx)
+		if !ok {
+			_ = tx.Rollback()
+			return nil, errNotAppliedIndexTx
+		}
+		if err := at.SetAppliedIndex(s.ctx, index); err != nil {
+			_ = tx.Rollback()
+			return nil, fmt.Errorf("record applied index: %w", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {

@@ -48,7 +48,27 @@ func clusterID(members ...uint64) uint64 {
 	return binary.BigEndian.Uint64(sum[:8])
 }
 
-// clusterServer is etcd's Cluster service for a one-member cluster.
+// Clustered is implemented by a Backend that is one member of a replicated
+// cluster (raftsql). The server reports the cluster through it: member and
+// cluster IDs, the members, raft's status in headers and Status, and stops
+// serving when the member stops (Err).
+type Clustered interface {
+	ID() uint64
+	ClusterID() uint64
+	Members() []*pb.Member
+	// RaftStatus is raft's view: the leader's ID (0: none), the term, the
+	// last committed and the last applied index.
+	RaftStatus() (leader, term, index, applied uint64)
+	Err() <-chan error
+}
+
+// raftStatus is what RaftStatus returns.
+type raftStatus struct {
+	Leader, Term, Index, Applied uint64
+}
+
+// clusterServer is etcd's Cluster service: the one member of a single
+// server, or the members of a raftsql cluster.
 type clusterServer struct {
 	pb.UnsafeClusterServer
 
@@ -62,7 +82,12 @@ var _ pb.ClusterServer = (*clusterServer)(nil)
 // key space.
 func (s *clusterServer) header() *pb.ResponseHeader { return s.hdr.fillWithoutRevision(nil) }
 
-func (s *clusterServer) members() []*pb.Member { return []*pb.Member{s.member} }
+func (s *clusterServer) members() []*pb.Member {
+	if s.hdr.raft != nil {
+		return s.hdr.raft.Members()
+	}
+	return []*pb.Member{s.member}
+}
 
 func (s *clusterServer) MemberList(ctx context.Context, r *pb.MemberListRequest) (*pb.MemberListResponse, error) {
 	return &pb.MemberListResponse{Header: s.header(), Members: s.members()}, nil

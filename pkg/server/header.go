@@ -15,6 +15,9 @@ const raftTerm = 1
 type header struct {
 	clusterID uint64
 	memberID  uint64
+	// raft is the replicated cluster this member belongs to (raftsql);
+	// nil for a member that is a cluster of its own.
+	raft Clustered
 	// rev returns the current revision for responses that carry none.
 	rev func() int64
 }
@@ -39,8 +42,30 @@ func (h *header) fillWithoutRevision(rh *pb.ResponseHeader) *pb.ResponseHeader {
 	}
 	rh.ClusterId = h.clusterID
 	rh.MemberId = h.memberID
-	rh.RaftTerm = raftTerm
+	rh.RaftTerm = h.term()
 	return rh
+}
+
+// term is raft's current term, or the fixed term of a single member.
+func (h *header) term() uint64 {
+	if h.raft != nil {
+		_, term, _, _ := h.raft.RaftStatus()
+		return term
+	}
+	return raftTerm
+}
+
+// status is raft's view: leader, term, last committed and applied index.
+// A single member is its own leader and its revision stands in for the
+// index, as every committed write is one entry of a log.
+func (h *header) status() raftStatus {
+	if h.raft != nil {
+		var st raftStatus
+		st.Leader, st.Term, st.Index, st.Applied = h.raft.RaftStatus()
+		return st
+	}
+	rev := uint64(h.rev())
+	return raftStatus{Leader: h.memberID, Term: raftTerm, Index: rev, Applied: rev}
 }
 
 // newHeader returns a header with Revision set to rev.

@@ -45,16 +45,15 @@ func (s *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*p
 		return nil, toGRPCError(err)
 	}
 	rev, _ := s.store.Revisions()
+	st := s.hdr.status()
 	resp := &pb.StatusResponse{
-		Header:  s.hdr.newHeader(rev),
-		Version: version.Version,
-		DbSize:  size,
-		Leader:  s.hdr.memberID,
-		// No raft log here: the revision stands in for the raft index, as
-		// every committed write is one entry of the log.
-		RaftIndex:        uint64(rev),
-		RaftAppliedIndex: uint64(rev),
-		RaftTerm:         raftTerm,
+		Header:           s.hdr.newHeader(rev),
+		Version:          version.Version,
+		DbSize:           size,
+		Leader:           st.Leader,
+		RaftIndex:        st.Index,
+		RaftAppliedIndex: st.Applied,
+		RaftTerm:         st.Term,
 		DbSizeInUse:      inUse,
 		IsLearner:        false,
 		StorageVersion:   storageVersion(),

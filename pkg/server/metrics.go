@@ -18,6 +18,7 @@ const metricsTimeout = 5 * time.Second
 // has_leader and the db size ones), under etcd's names so they keep working.
 type storeCollector struct {
 	store *mvcc.Store
+	hdr   *header
 	quota int64
 
 	hasLeader, isLeader, leaderChanges *prometheus.Desc
@@ -26,12 +27,13 @@ type storeCollector struct {
 	serverVersion                      *prometheus.Desc
 }
 
-func newStoreCollector(store *mvcc.Store, quota int64) *storeCollector {
+func newStoreCollector(store *mvcc.Store, hdr *header, quota int64) *storeCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, labels, nil)
 	}
 	return &storeCollector{
 		store:         store,
+		hdr:           hdr,
 		quota:         quota,
 		hasLeader:     d("etcd_server_has_leader", "Whether or not a leader exists. 1 is existence, 0 is not."),
 		isLeader:      d("etcd_server_is_leader", "Whether or not this member is a leader. 1 if is, 0 otherwise."),
@@ -56,9 +58,9 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	// A single member is always its own leader and never changes leader.
-	gauge(c.hasLeader, 1)
-	gauge(c.isLeader, 1)
+	st := c.hdr.status()
+	gauge(c.hasLeader, b2f(st.Leader != 0))
+	gauge(c.isLeader, b2f(st.Leader == c.hdr.memberID))
 	ch <- prometheus.MustNewConstMetric(c.leaderChanges, prometheus.CounterValue, 0)
 	gauge(c.quotaBytes, float64(max(c.quota, 0)))
 	gauge(c.serverVersion, 1, version.Version)
@@ -73,4 +75,11 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.dbSize, float64(size))
 		gauge(c.dbInUse, float64(inUse))
 	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -144,6 +144,20 @@ func (s *Server) openStore(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
+	if c, ok := s.backend.(Clustered); ok {
+		// A member whose replication stopped (a failed apply) must not
+		// serve stale reads: the server stops with it.
+		s.wg.Go(func() {
+			select {
+			case err := <-c.Err():
+				select {
+				case s.errc <- fmt.Errorf("raft member stopped: %w", err):
+				default:
+				}
+			case <-s.stopping:
+			}
+		})
+	}
 	return nil
 }
 
@@ -156,11 +170,15 @@ func (s *Server) buildServers() {
 		memberID:  mid,
 		rev:       func() int64 { rev, _ := s.store.Revisions(); return rev },
 	}
+	if c, ok := s.backend.(Clustered); ok {
+		hdr.raft, hdr.memberID, hdr.clusterID = c, c.ID(), c.ClusterID()
+		mid = c.ID()
+	}
 	s.health = health.NewServer()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := grpcprom.NewServerMetrics()
-	reg.MustRegister(metrics, newStoreCollector(s.store, cfg.QuotaBackendBytes))
+	reg.MustRegister(metrics, newStoreCollector(s.store, hdr, cfg.QuotaBackendBytes))
 
 	s.grpc = newGRPCServer(s.log, cfg, metrics, services{
 		kv: &kvServer{store: s.store, hdr: hdr, maxTxnOps: cfg.MaxTxnOps, maxRequestBytes: cfg.MaxRequestBytes},

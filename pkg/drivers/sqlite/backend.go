@@ -403,3 +403,19 @@ func (b *Backend) replaceReadConn(old, rc *readConn) {
 	_ = old.close()
 	b.readers <- rc
 }
+
+// AppliedIndex returns the last raft entry a transaction recorded with
+// SetAppliedIndex (0 if none): where a raftsql node replays its log from.
+func (b *Backend) AppliedIndex(ctx context.Context) (uint64, error) {
+	tx, err := b.BeginRead(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback()
+	r := tx.(*readTx)
+	var idx int64
+	if err := r.queryRow(ctx, true, qAppliedIndex, []any{&idx}); err != nil {
+		return 0, r.fail("read applied index", err)
+	}
+	return uint64(idx), nil
+}

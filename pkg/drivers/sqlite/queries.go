@@ -18,6 +18,7 @@ const (
 	qLeaseKeys
 	qAlarms
 	qUnleasedKeys
+	qAppliedIndex
 	// qRange is the first of eight range variants, see rangeID.
 	qRange
 	_
@@ -40,6 +41,7 @@ const (
 	qUpsertLive
 	qDeleteLive
 	qSetRevisions
+	qSetAppliedIndex
 	qPutLease
 	qDeleteLease
 	qPutAlarm
@@ -99,6 +101,8 @@ func statements() []statement {
 	s[qRevisions] = statement{sql: `SELECT
 		IFNULL((SELECT value FROM meta WHERE name = 'current'), 0),
 		IFNULL((SELECT value FROM meta WHERE name = 'compacted'), 0)`}
+	s[qAppliedIndex] = statement{sql: `SELECT
+		IFNULL((SELECT value FROM meta WHERE name = 'raft_applied_index'), 0)`}
 	s[qGet] = statement{sql: `SELECT l.key, l.create_rev, l.id >> 20, l.version, l.lease, kv.value
 		FROM live AS l CROSS JOIN kv ON kv.id = l.id
 		WHERE l.key = ?`, params: []param{pFrom}}
@@ -145,6 +149,9 @@ func statements() []statement {
 	s[qDeleteLive] = statement{sql: `DELETE FROM live WHERE key = ?`}
 	s[qSetRevisions] = statement{sql: `INSERT INTO meta (name, value)
 		VALUES ('current', ?), ('compacted', ?)
+		ON CONFLICT (name) DO UPDATE SET value = excluded.value`}
+	s[qSetAppliedIndex] = statement{sql: `INSERT INTO meta (name, value)
+		VALUES ('raft_applied_index', ?)
 		ON CONFLICT (name) DO UPDATE SET value = excluded.value`}
 	s[qPutLease] = statement{sql: `INSERT INTO lease (id, ttl) VALUES (?, ?)
 		ON CONFLICT (id) DO UPDATE SET ttl = excluded.ttl`}

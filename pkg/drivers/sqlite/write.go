@@ -108,6 +108,13 @@ func (w *writeTx) SetRevisions(ctx context.Context, current, compacted int64) er
 	return nil
 }
 
+// SetAppliedIndex implements mvcc.AppliedIndexTx: the raft entry the
+// transaction applies is recorded with its rows (raftsql mode).
+func (w *writeTx) SetAppliedIndex(ctx context.Context, index uint64) error {
+	_, err := w.exec(ctx, "set applied index", qSetAppliedIndex, int64(index))
+	return err
+}
+
 // PutLease implements mvcc.WriteTx.
 func (w *writeTx) PutLease(ctx context.Context, l mvcc.Lease) error {
 	_, err := w.exec(ctx, "put lease", qPutLease, l.ID, l.TTL)

@@ -1,0 +1,216 @@
+// Package raftsql is kite's replicated storage: every node of a 3- or
+// 5-node cluster runs go.etcd.io/raft/v3 with etcd's own WAL and snapshot
+// packages and etcd's peer transport, and applies the committed write
+// requests into its own SQLite database with the same pkg/mvcc code as the
+// single-node mode. The Node is an mvcc.Backend (the local SQLite) that is
+// also an mvcc.Replicator (the log that orders writes before they apply).
+//
+//	member/wal     raft log (etcd's WAL)
+//	member/snap    raft snapshots; a received database arrives here first
+//	kite.db        the applied state, with the index of the last applied entry
+package raftsql
+
+import (
+	"crypto/sha1"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/storage/wal"
+)
+
+// Config is a member's bootstrap, in etcd's terms and with etcd's flag
+// names in the comments.
+type Config struct {
+	Name    string // --name
+	DataDir string // --data-dir
+	// InitialCluster maps member names to peer URLs (--initial-cluster).
+	InitialCluster map[string][]string
+	// ClusterState is "new" or "existing" (--initial-cluster-state).
+	ClusterState  string
+	Token         string   // --initial-cluster-token
+	ListenPeer    []string // --listen-peer-urls
+	AdvertisePeer []string // --initial-advertise-peer-urls
+	// AdvertiseClient is published to the other members (MemberList).
+	AdvertiseClient []string
+	Heartbeat       time.Duration // --heartbeat-interval
+	Election        time.Duration // --election-timeout
+	SnapshotCount   uint64        // --snapshot-count
+	MaxSnapshots    int           // --max-snapshots
+	MaxWALs         int           // --max-wals
+	// MaxRequestBytes bounds one proposal (--max-request-bytes); raft's
+	// messages are sized from it as etcd sizes them.
+	MaxRequestBytes int
+	Logger          *slog.Logger
+}
+
+// Defaults are etcd's.
+const (
+	DefaultHeartbeat     = 100 * time.Millisecond
+	DefaultElection      = 1000 * time.Millisecond
+	DefaultSnapshotCount = 10000
+	DefaultMaxSnapshots  = 5
+	DefaultMaxWALs       = 5
+	// catchUpEntries is how many applied entries a node keeps in memory
+	// after a snapshot, so a slightly slow follower catches up from the log
+	// instead of receiving a whole database (etcd keeps 5000).
+	catchUpEntries = 5000
+)
+
+func (c *Config) setDefaults() {
+	if c.Heartbeat == 0 {
+		c.Heartbeat = DefaultHeartbeat
+	}
+	if c.Election == 0 {
+		c.Election = DefaultElection
+	}
+	if c.SnapshotCount == 0 {
+		c.SnapshotCount = DefaultSnapshotCount
+	}
+	if c.MaxSnapshots == 0 {
+		c.MaxSnapshots = DefaultMaxSnapshots
+	}
+	if c.MaxWALs == 0 {
+		c.MaxWALs = DefaultMaxWALs
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = 1572864
+	}
+	if c.ClusterState == "" {
+		c.ClusterState = "new"
+	}
+	if c.Token == "" {
+		c.Token = "etcd-cluster" // etcd's default token
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// validate applies etcd's bootstrap checks, before anything is written.
+func (c *Config) validate() error {
+	if c.ClusterState != "new" && c.ClusterState != "existing" {
+		return fmt.Errorf("invalid --initial-cluster-state %q (want new or existing)", c.ClusterState)
+	}
+	if c.Heartbeat <= 0 || c.Election < 5*c.Heartbeat {
+		return fmt.Errorf("--election-timeout[%v] should be at least 5 times as --heartbeat-interval[%v]", c.Election, c.Heartbeat)
+	}
+	if len(c.InitialCluster) == 0 {
+		return errors.New("--initial-cluster is empty")
+	}
+	own, ok := c.InitialCluster[c.Name]
+	if !ok {
+		return fmt.Errorf("couldn't find local name %q in the initial cluster configuration", c.Name)
+	}
+	if len(c.AdvertisePeer) > 0 && !sameURLs(own, c.AdvertisePeer) {
+		return fmt.Errorf("--initial-cluster has %s=%s but missing from --initial-advertise-peer-urls=%s",
+			c.Name, strings.Join(own, ","), strings.Join(c.AdvertisePeer, ","))
+	}
+	seen := map[string]string{}
+	for name, urls := range c.InitialCluster {
+		if len(urls) == 0 {
+			return fmt.Errorf("member %q of --initial-cluster has no peer URL", name)
+		}
+		for _, u := range urls {
+			pu, err := url.Parse(u)
+			if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Port() == "" {
+				return fmt.Errorf("--initial-cluster: member %q: invalid peer URL %q (want http(s)://host:port)", name, u)
+			}
+			if other, dup := seen[u]; dup {
+				return fmt.Errorf("--initial-cluster has duplicate url for %s and %s: %s", other, name, u)
+			}
+			seen[u] = name
+		}
+	}
+	return nil
+}
+
+func sameURLs(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+// memberID is etcd's: the first 8 bytes of sha1(sorted peer URLs, then the
+// cluster token), big-endian, so two clusters bootstrapped with different
+// tokens never mistake each other's members.
+func memberID(peerURLs []string, token string) uint64 {
+	urls := slices.Clone(peerURLs)
+	slices.Sort(urls)
+	sum := sha1.Sum([]byte(strings.Join(urls, "") + token))
+	return binary.BigEndian.Uint64(sum[:8])
+}
+
+// clusterID is etcd's: sha1 of the sorted member IDs.
+func clusterID(ids []uint64) uint64 {
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	b := make([]byte, 8*len(ids))
+	for i, id := range ids {
+		binary.BigEndian.PutUint64(b[8*i:], id)
+	}
+	sum := sha1.Sum(b)
+	return binary.BigEndian.Uint64(sum[:8])
+}
+
+// member is one member of the cluster as this node knows it.
+type member struct {
+	ID         uint64   `json:"id"`
+	Name       string   `json:"name"`
+	PeerURLs   []string `json:"peerURLs"`
+	ClientURLs []string `json:"clientURLs,omitempty"`
+}
+
+// initialMembers lists the members of --initial-cluster in ID order.
+func (c *Config) initialMembers() []member {
+	var ms []member
+	for name, urls := range c.InitialCluster {
+		ms = append(ms, member{ID: memberID(urls, c.Token), Name: name, PeerURLs: slices.Clone(urls)})
+	}
+	slices.SortFunc(ms, func(a, b member) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return ms
+}
+
+// ParseInitialCluster parses etcd's --initial-cluster syntax:
+// name=url,name=url (a name may repeat, for a member with several URLs).
+func ParseInitialCluster(s string) (map[string][]string, error) {
+	m := map[string][]string{}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, u, ok := strings.Cut(part, "=")
+		if !ok || name == "" || u == "" {
+			return nil, fmt.Errorf("--initial-cluster: %q is not name=url", part)
+		}
+		m[name] = append(m[name], u)
+	}
+	return m, nil
+}
+
+// CheckBootstrap applies the checks Open applies to a new member's
+// bootstrap, without writing anything: a member that has a WAL in dataDir
+// restarts from it, and its checks need the WAL.
+func CheckBootstrap(dataDir string, cfg Config) error {
+	if wal.Exist(filepath.Join(dataDir, "member", "wal")) {
+		return nil
+	}
+	cfg.setDefaults()
+	return cfg.validate()
+}

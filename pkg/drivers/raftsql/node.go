@@ -1,0 +1,415 @@
+package raftsql
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/client/pkg/v3/types"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/rafthttp"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/snap"
+	stats "go.etcd.io/etcd/server/v3/etcdserver/api/v2stats"
+	"go.etcd.io/etcd/server/v3/storage/wal"
+	"go.etcd.io/etcd/server/v3/storage/wal/walpb"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kite-db/kite/pkg/drivers/sqlite"
+	"github.com/kite-db/kite/pkg/mvcc"
+)
+
+// Node is one member of a raftsql cluster.
+type Node struct {
+	cfg  Config
+	log  *slog.Logger
+	zlog *zap.Logger
+
+	id, clusterID uint64
+	members       []member // the cluster as bootstrapped, in ID order
+
+	db          *localDB
+	wal         *wal.WAL
+	snapshotter *snap.Snapshotter
+	storage     *raft.MemoryStorage
+	raftCfg     *raft.Config
+	restart     bool // raft state came from the WAL
+	node        raft.Node
+	transport   *rafthttp.Transport
+	peerLns     []net.Listener
+	peerSrv     *http.Server
+	peerClient  *http.Client
+
+	applier mvcc.Applier
+
+	// clients caches other members' client URLs (peer.go).
+	clientMu sync.Mutex
+	clients  map[uint64][]string
+
+	// Written by the Ready loop only.
+	confState *raftpb.ConfState
+	snapIndex uint64
+
+	// applied is the index of the last entry applied to the database;
+	// appliedc is closed and replaced each time it moves.
+	applied   atomic.Uint64
+	appliedMu sync.Mutex
+	appliedc  chan struct{}
+
+	lead, term, committed atomic.Uint64
+
+	ids     *idGenerator
+	waits   *waitList
+	reads   *readBarrier
+	primary chan bool
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	// errc carries the error that stopped the node (a failed apply, a
+	// removed member); Err exposes it.
+	errc    chan error
+	started bool
+	wg      sync.WaitGroup
+	closeMu sync.Mutex
+	closed  bool
+}
+
+var (
+	_ mvcc.Backend    = (*Node)(nil)
+	_ mvcc.Replicator = (*Node)(nil)
+)
+
+// walMetadata is what the WAL records about the member that wrote it, so a
+// data dir is never started as another member or in another cluster.
+type walMetadata struct {
+	Name      string   `json:"name"`
+	MemberID  uint64   `json:"memberID"`
+	ClusterID uint64   `json:"clusterID"`
+	Token     string   `json:"token"`
+	Members   []member `json:"members"`
+}
+
+// Open checks the bootstrap, opens or creates the WAL and the database, and
+// binds the peer URLs. Raft starts with Start. A refused bootstrap writes
+// nothing.
+func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
+	cfg.setDefaults()
+	n := &Node{cfg: cfg, log: cfg.Logger.With("component", "raftsql"), appliedc: make(chan struct{}),
+		primary: make(chan bool, 16), errc: make(chan error, 1)}
+	n.zlog = newZapLogger(n.log)
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			n.closeResources()
+		}
+	}()
+	memberDir := filepath.Join(cfg.DataDir, "member")
+	walDir, snapDir := filepath.Join(memberDir, "wal"), filepath.Join(memberDir, "snap")
+	dbPath := filepath.Join(cfg.DataDir, "kite.db")
+	n.storage = raft.NewMemoryStorage()
+
+	var meta walMetadata
+	if wal.Exist(walDir) {
+		n.restart = true
+		n.snapshotter = snap.New(n.zlog, snapDir)
+		if meta, err = n.openWAL(walDir, cfg); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := cfg.validate(); err != nil {
+			return nil, err
+		}
+		if cfg.ClusterState == "existing" {
+			return nil, fmt.Errorf("--initial-cluster-state=existing needs a member added with 'member add' (cluster membership changes are not supported yet); bootstrap a new cluster with --initial-cluster-state=new")
+		}
+		if _, err := os.Stat(dbPath); err == nil {
+			return nil, fmt.Errorf("data dir %s holds a kite database but no raft log: it belongs to a single-node kite or another cluster; start raftsql in an empty data dir (kite copy moves the data)", cfg.DataDir)
+		}
+		meta = walMetadata{Name: cfg.Name, Token: cfg.Token, Members: cfg.initialMembers()}
+		meta.MemberID = memberID(cfg.InitialCluster[cfg.Name], cfg.Token)
+		ids := make([]uint64, len(meta.Members))
+		for i, m := range meta.Members {
+			ids[i] = m.ID
+		}
+		meta.ClusterID = clusterID(ids)
+		if err := os.MkdirAll(snapDir, 0o700); err != nil {
+			return nil, fmt.Errorf("create snapshot dir: %w", err)
+		}
+		n.snapshotter = snap.New(n.zlog, snapDir)
+		b, _ := json.Marshal(meta)
+		if n.wal, err = wal.Create(n.zlog, walDir, b); err != nil {
+			return nil, fmt.Errorf("create WAL: %w", err)
+		}
+		n.confState = &raftpb.ConfState{}
+	}
+	n.id, n.clusterID, n.members = meta.MemberID, meta.ClusterID, meta.Members
+	n.ids = newIDGenerator(n.id, time.Now())
+	n.waits = newWaitList()
+	n.reads = newReadBarrier(n)
+
+	if n.db, err = openLocalDB(ctx, dbPath, sqlite.Options{Logger: cfg.Logger}); err != nil {
+		return nil, err
+	}
+	applied, err := n.appliedIndex(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read applied index: %w", err)
+	}
+	n.applied.Store(applied)
+
+	electionTicks := int(cfg.Election / cfg.Heartbeat)
+	n.raftCfg = &raft.Config{
+		ID:            n.id,
+		ElectionTick:  electionTicks,
+		HeartbeatTick: 1,
+		Storage:       n.storage,
+		// Raft replays everything after the snapshot: configuration
+		// changes must reach it again; writes the database holds are
+		// skipped by apply.
+		Applied:         n.snapIndex,
+		MaxSizePerMsg:   uint64(cfg.MaxRequestBytes),
+		MaxInflightMsgs: 4096 / 8,
+		CheckQuorum:     true,
+		PreVote:         true,
+		Logger:          raftLogger{n.log},
+		// Leader election needs no Tick for a lease: ReadIndex is
+		// confirmed by a heartbeat round (ReadOnlySafe).
+	}
+
+	for _, u := range cfg.ListenPeer {
+		l, err := listenPeer(ctx, u)
+		if err != nil {
+			return nil, err
+		}
+		n.peerLns = append(n.peerLns, l)
+	}
+	n.peerClient = &http.Client{Timeout: 5 * time.Second}
+	return n, nil
+}
+
+// openWAL reads the raft state of a member that ran before: the newest
+// snapshot, then the WAL after it.
+func (n *Node) openWAL(walDir string, cfg Config) (walMetadata, error) {
+	var meta walMetadata
+	walSnaps, err := wal.ValidSnapshotEntries(n.zlog, walDir)
+	if err != nil {
+		return meta, fmt.Errorf("read WAL snapshot entries: %w", err)
+	}
+	snapshot, err := n.snapshotter.LoadNewestAvailable(walSnaps)
+	if err != nil && !errors.Is(err, snap.ErrNoSnapshot) {
+		return meta, fmt.Errorf("load snapshot: %w", err)
+	}
+	walSnap := &walpb.Snapshot{}
+	if snapshot != nil {
+		walSnap.Index = proto.Uint64(snapshot.GetMetadata().GetIndex())
+		walSnap.Term = proto.Uint64(snapshot.GetMetadata().GetTerm())
+	}
+	w, err := wal.Open(n.zlog, walDir, walSnap)
+	if err != nil {
+		return meta, fmt.Errorf("open WAL: %w", err)
+	}
+	n.wal = w
+	metadata, hs, ents, err := w.ReadAll()
+	if err != nil {
+		return meta, fmt.Errorf("read WAL: %w", err)
+	}
+	if err := json.Unmarshal(metadata, &meta); err != nil {
+		return meta, fmt.Errorf("read WAL metadata: %w", err)
+	}
+	if cfg.Name != "" && cfg.Name != meta.Name {
+		return meta, fmt.Errorf("data dir %s belongs to member %q, not %q (--name)", cfg.DataDir, meta.Name, cfg.Name)
+	}
+	if urls, ok := cfg.InitialCluster[cfg.Name]; ok && memberID(urls, cfg.Token) != meta.MemberID {
+		return meta, fmt.Errorf("data dir %s belongs to member %x of cluster %x (cluster token %q), which --initial-cluster and --initial-cluster-token %q do not name: it is another cluster's data",
+			cfg.DataDir, meta.MemberID, meta.ClusterID, meta.Token, cfg.Token)
+	}
+	n.confState = &raftpb.ConfState{}
+	if snapshot != nil {
+		if err := n.storage.ApplySnapshot(snapshot); err != nil {
+			return meta, fmt.Errorf("apply snapshot to the raft log: %w", err)
+		}
+		n.confState = snapshot.GetMetadata().GetConfState()
+		n.snapIndex = snapshot.GetMetadata().GetIndex()
+	}
+	if hs != nil {
+		if err := n.storage.SetHardState(hs); err != nil {
+			return meta, fmt.Errorf("set hard state: %w", err)
+		}
+	}
+	if err := n.storage.Append(ents); err != nil {
+		return meta, fmt.Errorf("append WAL entries: %w", err)
+	}
+	n.log.Info("restarting member from its WAL", "member", fmt.Sprintf("%x", meta.MemberID),
+		"snapshot_index", n.snapIndex, "entries", len(ents))
+	return meta, nil
+}
+
+func (n *Node) lastIndex() uint64 {
+	i, _ := n.storage.LastIndex()
+	return i
+}
+
+func listenPeer(ctx context.Context, raw string) (net.Listener, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("--listen-peer-urls %q: %w", raw, err)
+	}
+	if u.Scheme != "http" {
+		return nil, fmt.Errorf("--listen-peer-urls %q: only http:// peer URLs are supported (peer TLS is not built yet)", raw)
+	}
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "tcp", u.Host)
+	if err != nil {
+		return nil, fmt.Errorf("listen on peer URL %s: %w", raw, err)
+	}
+	return l, nil
+}
+
+// ID returns this member's ID; ClusterID the cluster's.
+func (n *Node) ID() uint64        { return n.id }
+func (n *Node) ClusterID() uint64 { return n.clusterID }
+
+// Start implements mvcc.Replicator: raft starts, the peers are served, and
+// committed entries flow to a.
+func (n *Node) Start(a mvcc.Applier) error {
+	n.applier = a
+	if n.restart {
+		n.node = raft.RestartNode(n.raftCfg)
+	} else {
+		peers := make([]raft.Peer, len(n.members))
+		for i, m := range n.members {
+			ctx, _ := json.Marshal(m)
+			peers[i] = raft.Peer{ID: m.ID, Context: ctx}
+		}
+		n.node = raft.StartNode(n.raftCfg, peers)
+	}
+	n.transport = &rafthttp.Transport{
+		Logger:      n.zlog,
+		ID:          types.ID(n.id),
+		URLs:        mustURLs(n.self().PeerURLs),
+		ClusterID:   types.ID(n.clusterID),
+		Raft:        n,
+		Snapshotter: n.snapshotter,
+		ServerStats: stats.NewServerStats(n.cfg.Name, types.ID(n.id).String()),
+		LeaderStats: stats.NewLeaderStats(n.zlog, types.ID(n.id).String()),
+		ErrorC:      make(chan error, 1),
+	}
+	if err := n.transport.Start(); err != nil {
+		return fmt.Errorf("start peer transport: %w", err)
+	}
+	for _, m := range n.members {
+		if m.ID != n.id {
+			n.transport.AddPeer(types.ID(m.ID), m.PeerURLs)
+		}
+	}
+	n.peerSrv = &http.Server{Handler: n.peerHandler(), ReadHeaderTimeout: 10 * time.Second}
+	for _, l := range n.peerLns {
+		n.wg.Go(func() {
+			if err := n.peerSrv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				n.fail(fmt.Errorf("serve peers on %s: %w", l.Addr(), err))
+			}
+		})
+	}
+	n.started = true
+	memberDir := filepath.Join(n.cfg.DataDir, "member")
+	n.wg.Go(func() { n.purgeOldFiles(filepath.Join(memberDir, "snap"), filepath.Join(memberDir, "wal")) })
+	n.wg.Go(n.run)
+	n.wg.Go(n.reads.loop)
+	return nil
+}
+
+func (n *Node) self() member {
+	for _, m := range n.members {
+		if m.ID == n.id {
+			return m
+		}
+	}
+	return member{ID: n.id}
+}
+
+func mustURLs(us []string) types.URLs {
+	urls, err := types.NewURLs(us)
+	if err != nil {
+		return nil
+	}
+	return urls
+}
+
+// Err returns a channel that receives the error that stopped the node: a
+// failed apply or WAL write, after which the node must not serve.
+func (n *Node) Err() <-chan error { return n.errc }
+
+func (n *Node) fail(err error) {
+	select {
+	case n.errc <- err:
+		n.log.Error("raftsql node stopped", "err", err)
+	default:
+	}
+	n.cancel()
+}
+
+// Close stops raft, the peers and the database.
+func (n *Node) Close() error {
+	n.closeMu.Lock()
+	if n.closed {
+		n.closeMu.Unlock()
+		return nil
+	}
+	n.closed = true
+	n.closeMu.Unlock()
+	n.cancel()
+	if n.peerSrv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = n.peerSrv.Shutdown(ctx)
+		cancel()
+	}
+	n.wg.Wait()
+	if n.node != nil {
+		n.node.Stop()
+	}
+	if n.transport != nil {
+		n.transport.Stop()
+	}
+	return n.closeResources()
+}
+
+func (n *Node) closeResources() error {
+	var errs []error
+	for _, l := range n.peerLns {
+		_ = l.Close()
+	}
+	if n.wal != nil {
+		errs = append(errs, n.wal.Close())
+	}
+	if n.db != nil {
+		errs = append(errs, n.db.close())
+	}
+	return errors.Join(errs...)
+}
+
+// RaftStatus returns the member's view of raft: the leader (0: none),
+// the term, the last committed and the last applied index.
+func (n *Node) RaftStatus() (leader, term, index, applied uint64) {
+	return n.lead.Load(), n.term.Load(), n.committed.Load(), n.applied.Load()
+}
+
+// Members returns the cluster's members in ID order, as MemberList
+// reports them.
+func (n *Node) Members() []*pb.Member {
+	ms := make([]*pb.Member, len(n.members))
+	for i, m := range n.members {
+		ms[i] = &pb.Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: n.clientURLs(m.ID)}
+	}
+	return ms
+}

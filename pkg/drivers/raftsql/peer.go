@@ -1,0 +1,234 @@
+package raftsql
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kite-db/kite/pkg/mvcc"
+)
+
+// The peer URLs serve etcd's raft transport and, under /kite/, what a
+// member asks of another: its client URLs (for MemberList) and, of the
+// leader, lease renewals and TimeToLive, which only the leader's clocks
+// can answer (etcd forwards them to its leader the same way).
+const (
+	pathMember   = "/kite/member"
+	pathRenew    = "/kite/lease/renew"
+	pathLeaseTTL = "/kite/lease/ttl"
+)
+
+// The rafthttp.Raft side of the Node.
+
+func (n *Node) Process(ctx context.Context, m *raftpb.Message) error {
+	return n.node.Step(ctx, m)
+}
+func (n *Node) IsIDRemoved(id uint64) bool  { return false }
+func (n *Node) ReportUnreachable(id uint64) { n.node.ReportUnreachable(id) }
+func (n *Node) ReportSnapshot(id uint64, status raft.SnapshotStatus) {
+	n.node.ReportSnapshot(id, status)
+}
+
+// leaseAuthority is what the leader's Store answers for followers.
+type leaseAuthority interface {
+	LeaseRenew(ctx context.Context, id int64) (int64, error)
+	LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error)
+}
+
+func (n *Node) peerHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", n.transport.Handler())
+	mux.HandleFunc(pathMember, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(member{ID: n.id, Name: n.cfg.Name, PeerURLs: n.self().PeerURLs, ClientURLs: n.cfg.AdvertiseClient})
+	})
+	mux.HandleFunc(pathRenew, func(w http.ResponseWriter, r *http.Request) {
+		req := &pb.LeaseKeepAliveRequest{}
+		if !n.readPeerRequest(w, r, req) {
+			return
+		}
+		ttl, err := n.applier.(leaseAuthority).LeaseRenew(r.Context(), req.ID)
+		n.writePeerResponse(w, &pb.LeaseKeepAliveResponse{ID: req.ID, TTL: ttl}, err)
+	})
+	mux.HandleFunc(pathLeaseTTL, func(w http.ResponseWriter, r *http.Request) {
+		req := &pb.LeaseTimeToLiveRequest{}
+		if !n.readPeerRequest(w, r, req) {
+			return
+		}
+		resp, err := n.applier.(leaseAuthority).LeaseTimeToLive(r.Context(), req)
+		n.writePeerResponse(w, resp, err)
+	})
+	return mux
+}
+
+// readPeerRequest decodes a forwarded request; a member that is no longer
+// leader refuses it, so the follower asks the new one.
+func (n *Node) readPeerRequest(w http.ResponseWriter, r *http.Request, m proto.Message) bool {
+	if n.lead.Load() != n.id {
+		http.Error(w, "not the leader", http.StatusServiceUnavailable)
+		return false
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err == nil {
+		err = proto.Unmarshal(b, m)
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return false
+	}
+	return true
+}
+
+func (n *Node) writePeerResponse(w http.ResponseWriter, m proto.Message, err error) {
+	switch {
+	case errors.Is(err, mvcc.ErrLeaseNotFound):
+		http.Error(w, "lease not found", http.StatusNotFound)
+		return
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	b, err := proto.Marshal(m)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/protobuf")
+	_, _ = w.Write(b)
+}
+
+// LeaseRenewAtLeader implements mvcc.Replicator.
+func (n *Node) LeaseRenewAtLeader(ctx context.Context, id int64) (int64, error) {
+	resp := &pb.LeaseKeepAliveResponse{}
+	if err := n.askLeader(ctx, pathRenew, &pb.LeaseKeepAliveRequest{ID: id}, resp); err != nil {
+		return 0, err
+	}
+	return resp.TTL, nil
+}
+
+// LeaseTimeToLiveAtLeader implements mvcc.Replicator.
+func (n *Node) LeaseTimeToLiveAtLeader(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	resp := &pb.LeaseTimeToLiveResponse{}
+	if err := n.askLeader(ctx, pathLeaseTTL, r, resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// askLeader sends a request to the leader's peer URL, retrying while there
+// is no leader or the leader changes, until the request timeout.
+func (n *Node) askLeader(ctx context.Context, path string, req, resp proto.Message) error {
+	body, err := proto.Marshal(req)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.requestTimeout())
+	defer cancel()
+	var last error = rpctypes.ErrGRPCNoLeader
+	for {
+		if lead := n.lead.Load(); lead != raft.None && lead != n.id {
+			if m, ok := n.memberByID(lead); ok && len(m.PeerURLs) > 0 {
+				done, err := n.postPeer(ctx, m.PeerURLs[0]+path, body, resp)
+				if done {
+					return err
+				}
+				last = err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(last, rpctypes.ErrGRPCNoLeader) {
+				return last
+			}
+			return fmt.Errorf("%w: %v", mvcc.ErrUnavailable, last)
+		case <-n.ctx.Done():
+			return rpctypes.ErrGRPCStopped
+		case <-time.After(n.cfg.Heartbeat):
+		}
+	}
+}
+
+// postPeer reports done when the leader answered (err is then the answer).
+func (n *Node) postPeer(ctx context.Context, url string, body []byte, resp proto.Message) (done bool, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return true, err
+	}
+	req.Header.Set("Content-Type", "application/protobuf")
+	hr, err := n.peerClient.Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer hr.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(hr.Body, 1<<20))
+	if err != nil {
+		return false, err
+	}
+	switch hr.StatusCode {
+	case http.StatusOK:
+		return true, proto.Unmarshal(b, resp)
+	case http.StatusNotFound:
+		return true, mvcc.ErrLeaseNotFound
+	}
+	return false, fmt.Errorf("leader answered %s: %s", hr.Status, bytes.TrimSpace(b))
+}
+
+func (n *Node) memberByID(id uint64) (member, bool) {
+	for _, m := range n.members {
+		if m.ID == id {
+			return m, true
+		}
+	}
+	return member{}, false
+}
+
+// clientURLs returns a member's client URLs, asked of it once (members
+// publish them, as etcd's publish their attributes).
+func (n *Node) clientURLs(id uint64) []string {
+	if id == n.id {
+		return n.cfg.AdvertiseClient
+	}
+	n.clientMu.Lock()
+	urls, ok := n.clients[id]
+	n.clientMu.Unlock()
+	if ok {
+		return urls
+	}
+	m, ok := n.memberByID(id)
+	if !ok || len(m.PeerURLs) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.PeerURLs[0]+pathMember, nil)
+	if err != nil {
+		return nil
+	}
+	hr, err := n.peerClient.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer hr.Body.Close()
+	var got member
+	if hr.StatusCode != http.StatusOK || json.NewDecoder(hr.Body).Decode(&got) != nil || got.ID != id {
+		return nil
+	}
+	n.clientMu.Lock()
+	if n.clients == nil {
+		n.clients = map[uint64][]string{}
+	}
+	n.clients[id] = got.ClientURLs
+	n.clientMu.Unlock()
+	return got.ClientURLs
+}

@@ -1,0 +1,199 @@
+package raftsql
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kite-db/kite/pkg/mvcc"
+)
+
+// run is the Ready loop: the one goroutine that talks to raft. For each
+// Ready it makes the new entries durable in the WAL, sends the messages,
+// applies the committed entries to the database and only then advances:
+// an entry is acknowledged to its client after this node applied it, and
+// a restart replays the WAL from the database's applied index.
+func (n *Node) run() {
+	ticker := time.NewTicker(n.cfg.Heartbeat)
+	defer ticker.Stop()
+	defer close(n.primary)
+	isLeader := false
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-ticker.C:
+			n.node.Tick()
+		case err := <-n.transport.ErrorC:
+			n.fail(fmt.Errorf("peer transport: %w", err))
+			return
+		case rd := <-n.node.Ready():
+			if rd.SoftState != nil {
+				n.lead.Store(rd.SoftState.Lead)
+				if leader := rd.SoftState.Lead == n.id; leader != isLeader {
+					isLeader = leader
+					n.log.Info("leadership changed", "leader", leader, "lead", fmt.Sprintf("%x", rd.SoftState.Lead))
+					n.primary <- leader
+				}
+			}
+			if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
+				n.term.Store(rd.HardState.GetTerm())
+				n.committed.Store(rd.HardState.GetCommit())
+			}
+			for _, rs := range rd.ReadStates {
+				n.reads.deliver(rs)
+			}
+			if err := n.persist(rd); err != nil {
+				n.fail(err)
+				return
+			}
+			n.send(rd.Messages)
+			if err := n.apply(rd.CommittedEntries); err != nil {
+				if errors.Is(err, mvcc.ErrClosed) {
+					return // the Store is closing: Close follows
+				}
+				n.fail(err)
+				return
+			}
+			n.maybeSnapshot()
+			n.node.Advance()
+		}
+	}
+}
+
+// persist writes a Ready's snapshot, hard state and entries to the WAL and
+// the in-memory log, and installs a snapshot received from the leader.
+func (n *Node) persist(rd raft.Ready) error {
+	hasSnap := rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot)
+	if hasSnap {
+		// The database first: once the WAL records the snapshot, a restart
+		// expects a database at least that new.
+		if err := n.installSnapshot(rd.Snapshot); err != nil {
+			return err
+		}
+		if err := n.saveSnapshot(rd.Snapshot); err != nil {
+			return err
+		}
+	}
+	hs := rd.HardState
+	if hs == nil {
+		hs = &raftpb.HardState{}
+	}
+	if err := n.wal.Save(hs, rd.Entries); err != nil {
+		return fmt.Errorf("write WAL: %w", err)
+	}
+	if hasSnap {
+		if err := n.storage.ApplySnapshot(rd.Snapshot); err != nil {
+			return fmt.Errorf("apply snapshot to the raft log: %w", err)
+		}
+	}
+	if err := n.storage.Append(rd.Entries); err != nil {
+		return fmt.Errorf("append to the raft log: %w", err)
+	}
+	return nil
+}
+
+// apply hands committed normal entries to the Store in one batch and
+// applies configuration changes. Writes the database already holds (a WAL
+// replay after a restart, or a received database newer than the log) are
+// skipped.
+func (n *Node) apply(ents []*raftpb.Entry) error {
+	if len(ents) == 0 {
+		return nil
+	}
+	applied := n.applied.Load()
+	var batch []mvcc.Entry
+	last := applied
+	for _, e := range ents {
+		idx := e.GetIndex()
+		last = max(last, idx)
+		switch e.GetType() {
+		case raftpb.EntryType_EntryNormal:
+			if idx <= applied || len(e.Data) == 0 {
+				// Already in the database, or a new leader's empty entry.
+				continue
+			}
+			r := &pb.InternalRaftRequest{}
+			if err := proto.Unmarshal(e.Data, r); err != nil {
+				return fmt.Errorf("decode entry %d: %w", idx, err)
+			}
+			batch = append(batch, mvcc.Entry{Index: idx, Req: r})
+		case raftpb.EntryType_EntryConfChange:
+			// Raft learns its configuration only from the application, so
+			// a change is applied again on every restart (the database
+			// does not hold it), in order with the writes around it.
+			if err := n.applyBatch(batch); err != nil {
+				return err
+			}
+			batch = nil
+			cc := &raftpb.ConfChange{}
+			if err := proto.Unmarshal(e.Data, cc); err != nil {
+				return fmt.Errorf("decode conf change %d: %w", idx, err)
+			}
+			n.confState = n.node.ApplyConfChange(cc)
+		default:
+			return fmt.Errorf("entry %d: unsupported type %v", idx, e.GetType())
+		}
+	}
+	if err := n.applyBatch(batch); err != nil {
+		return err
+	}
+	n.setApplied(last)
+	return nil
+}
+
+func (n *Node) applyBatch(batch []mvcc.Entry) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	outcomes, err := n.applier.Apply(n.ctx, batch)
+	if err != nil {
+		return fmt.Errorf("apply entries %d-%d: %w", batch[0].Index, batch[len(batch)-1].Index, err)
+	}
+	for i, e := range batch {
+		if id := e.Req.GetHeader().GetID(); id != 0 {
+			n.waits.trigger(id, outcomes[i])
+		}
+	}
+	n.setApplied(batch[len(batch)-1].Index)
+	return nil
+}
+
+func (n *Node) setApplied(idx uint64) {
+	if idx <= n.applied.Load() {
+		return
+	}
+	n.applied.Store(idx)
+	n.appliedMu.Lock()
+	close(n.appliedc)
+	n.appliedc = make(chan struct{})
+	n.appliedMu.Unlock()
+}
+
+// appliedChanged returns a channel closed when the applied index moves.
+func (n *Node) appliedChanged() <-chan struct{} {
+	n.appliedMu.Lock()
+	defer n.appliedMu.Unlock()
+	return n.appliedc
+}
+
+// send hands raft's messages to the peer transport. A snapshot message
+// carries this node's database, which is copied in the background.
+func (n *Node) send(msgs []*raftpb.Message) {
+	out := msgs[:0:0]
+	for _, m := range msgs {
+		if m.GetType() == raftpb.MessageType_MsgSnap {
+			n.sendSnapshot(m)
+			continue
+		}
+		out = append(out, m)
+	}
+	if len(out) > 0 {
+		n.transport.Send(out)
+	}
+}
