@@ -27,6 +27,17 @@ func TestStorageUnderTest(t *testing.T) {
 		if _, err := os.Stat(db); err != nil {
 			t.Fatalf("sqlite mode, but no database in the data dir: %v", err)
 		}
+	case "raftsql":
+		if _, err := os.Stat(filepath.Join(k.dataDir, "member", "wal")); err != nil {
+			t.Fatalf("raftsql mode, but no raft log in the data dir: %v", err)
+		}
+		resp, err := k.Client.MemberList(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Members) != 3 {
+			t.Fatalf("raftsql mode, but the member list has %d members", len(resp.Members))
+		}
 	case "postgres":
 		if _, err := os.Stat(db); err == nil {
 			t.Fatalf("postgres mode, but kite wrote %s", db)

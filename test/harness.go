@@ -41,8 +41,8 @@ var (
 	kiteBin, etcdctlBin     string
 	kiteBuildErr, ctlBuildE error
 	againstEtcd             = os.Getenv("KITE_TEST_AGAINST_ETCD") == "1"
-	// datastore is the storage of the kites the tests start: "sqlite" or
-	// "postgres".
+	// datastore is the storage of the kites the tests start: "sqlite",
+	// "postgres" or "raftsql" (each kite a member of a 3-member cluster).
 	datastore = envOr("KITE_TEST_DATASTORE", "sqlite")
 )
 
@@ -62,9 +62,53 @@ func freshStorageFlags(t testing.TB) []string {
 		return nil
 	case "postgres":
 		return []string{"--datastore-endpoint", pgtest.NewDatabase(t)}
+	case "raftsql":
+		return raftPeers(t)
 	}
-	t.Fatalf("KITE_TEST_DATASTORE=%q: want sqlite or postgres", datastore)
+	t.Fatalf("KITE_TEST_DATASTORE=%q: want sqlite, postgres or raftsql", datastore)
 	return nil
+}
+
+// raftPeers starts the two other members of a new 3-member raftsql cluster
+// and returns the flags that make the kite under test its third member
+// (named "t", as every test kite). The test talks to that member only:
+// every suite then runs against a cluster, the member under test being a
+// follower or the leader as the election falls, and a test that kills it
+// leaves a quorum that keeps the cluster going.
+func raftPeers(t testing.TB) []string {
+	t.Helper()
+	if kiteBuildErr != nil {
+		t.Fatalf("kite binary: %v", kiteBuildErr)
+	}
+	names := []string{"t", "p1", "p2"}
+	peers := make([]string, len(names))
+	var cluster []string
+	for i, name := range names {
+		peers[i] = "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+		cluster = append(cluster, name+"="+peers[i])
+	}
+	common := []string{"--initial-cluster", strings.Join(cluster, ","), "--initial-cluster-state", "new",
+		"--initial-cluster-token", fmt.Sprintf("kite-test-%d", time.Now().UnixNano())}
+	for i := 1; i < len(names); i++ {
+		ep := "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+		log := &syncBuffer{}
+		cmd := exec.Command(kiteBin, append([]string{"--name", names[i], "--data-dir", t.TempDir(),
+			"--listen-client-urls", ep, "--advertise-client-urls", ep, "--log-level", "warn",
+			"--listen-peer-urls", peers[i], "--initial-advertise-peer-urls", peers[i]}, common...)...)
+		cmd.Stdout, cmd.Stderr = log, log
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start raft peer %s: %v", names[i], err)
+		}
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			cmd.Wait()
+			if t.Failed() {
+				t.Logf("raft peer %s log (tail):\n%s", names[i], log.tail(4096))
+			}
+		})
+	}
+	return append([]string{"--listen-peer-urls", peers[0], "--initial-advertise-peer-urls", peers[0]}, common...)
 }
 
 func moduleRoot() (string, error) {

@@ -24,6 +24,9 @@ var (
 	// ErrNoSpace: the backend quota is exhausted and the NOSPACE alarm is
 	// raised; writes are refused until space is freed and the alarm disarmed.
 	ErrNoSpace = errors.New("mvcc: database space exceeded")
+	// ErrCorrupt: the CORRUPT alarm is raised (members' key spaces
+	// differ); writes are refused until it is disarmed.
+	ErrCorrupt = errors.New("mvcc: corrupt cluster")
 	// ErrUnavailable: the storage cannot be reached (a database server
 	// restarting or failing over). Drivers wrap such errors with it; the
 	// request may be retried. A write that fails with it may or may not

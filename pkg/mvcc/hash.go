@@ -23,7 +23,16 @@ func (s *Store) HashKV(ctx context.Context, rev int64) (*pb.HashKVResponse, erro
 		return nil, err
 	}
 	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
-	err = eachChunk(ctx, tx, 1, rev, false, func(rows []Change) error {
+	// Up to the compacted revision only what compaction keeps counts (the
+	// rows alive at it), as in etcd: the hash must not depend on how far
+	// this member's background removal of the other rows has got, or
+	// members that agree would look corrupt to each other.
+	if compacted > 0 {
+		if err := hashAlive(ctx, tx, h, compacted); err != nil {
+			return nil, fmt.Errorf("hash: %w", err)
+		}
+	}
+	err = eachChunk(ctx, tx, compacted+1, rev, false, func(rows []Change) error {
 		hashRows(h, rows)
 		return nil
 	})
@@ -48,5 +57,27 @@ func hashRows(h hash.Hash32, rows []Change) {
 		}
 		h.Write(kv.Key)
 		h.Write(kv.Value)
+	}
+}
+
+// hashAlive hashes the keys alive at revision rev in key order, a page at
+// a time.
+func hashAlive(ctx context.Context, tx ReadTx, h hash.Hash32, rev int64) error {
+	const page = 1000
+	from := []byte{}
+	for {
+		kvs, err := tx.Range(ctx, from, []byte{0}, rev, page, false)
+		if err != nil {
+			return err
+		}
+		rows := make([]Change, len(kvs))
+		for i, kv := range kvs {
+			rows[i] = Change{KV: kv}
+		}
+		hashRows(h, rows)
+		if len(kvs) < page {
+			return nil
+		}
+		from = append(append([]byte{}, kvs[len(kvs)-1].Key...), 0)
 	}
 }

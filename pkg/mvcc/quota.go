@@ -35,11 +35,16 @@ type quota struct {
 // check admits or refuses a write request. raise reports that this request
 // found the quota exhausted: the caller raises the NOSPACE alarm.
 func (q *quota) check(r *pb.InternalRaftRequest) (raise bool, err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	// A member found corrupt stops every write until an operator disarms
+	// the alarm, as etcd's corrupt applier does.
+	if hasAlarm(q.alarms, pb.AlarmType_CORRUPT) {
+		return false, ErrCorrupt
+	}
 	if !growsDatabase(r) {
 		return false, nil
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
 	if q.exceeded || hasAlarm(q.alarms, pb.AlarmType_NOSPACE) {
 		return false, ErrNoSpace
 	}

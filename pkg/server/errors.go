@@ -28,6 +28,7 @@ var errorMap = []struct {
 	{mvcc.ErrLeaseTTLTooLarge, rpctypes.ErrGRPCLeaseTTLTooLarge},
 	{mvcc.ErrKeyNotFound, rpctypes.ErrGRPCKeyNotFound},
 	{mvcc.ErrNoSpace, rpctypes.ErrGRPCNoSpace},
+	{mvcc.ErrCorrupt, rpctypes.ErrGRPCCorrupt},
 	{mvcc.ErrClosed, rpctypes.ErrGRPCStopped},
 	{errRequestTooLarge, rpctypes.ErrGRPCRequestTooLarge},
 	// In sync with status.FromContextError, as etcd's togRPCError.

@@ -47,7 +47,11 @@ type Config struct {
 	// MaxRequestBytes bounds one proposal (--max-request-bytes); raft's
 	// messages are sized from it as etcd sizes them.
 	MaxRequestBytes int
-	Logger          *slog.Logger
+	// CorruptCheckInterval is how often the leader compares its HashKV
+	// with the other members' (etcd's --corrupt-check-time); the first
+	// check runs shortly after start.
+	CorruptCheckInterval time.Duration
+	Logger               *slog.Logger
 }
 
 // Defaults are etcd's.
@@ -81,6 +85,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = 1572864
+	}
+	if c.CorruptCheckInterval == 0 {
+		c.CorruptCheckInterval = 5 * time.Minute
 	}
 	if c.ClusterState == "" {
 		c.ClusterState = "new"

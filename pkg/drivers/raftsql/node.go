@@ -326,6 +326,7 @@ func (n *Node) Start(a mvcc.Applier) error {
 	n.wg.Go(func() { n.purgeOldFiles(filepath.Join(memberDir, "snap"), filepath.Join(memberDir, "wal")) })
 	n.wg.Go(n.run)
 	n.wg.Go(n.reads.loop)
+	n.wg.Go(n.corruptLoop)
 	return nil
 }
 

@@ -53,6 +53,7 @@ func (n *Node) peerHandler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(member{ID: n.id, Name: n.cfg.Name, PeerURLs: n.self().PeerURLs, ClientURLs: n.cfg.AdvertiseClient})
 	})
+	mux.HandleFunc(pathHashKV, n.hashKVHandler)
 	mux.HandleFunc(pathRenew, func(w http.ResponseWriter, r *http.Request) {
 		req := &pb.LeaseKeepAliveRequest{}
 		if !n.readPeerRequest(w, r, req) {
@@ -79,6 +80,11 @@ func (n *Node) readPeerRequest(w http.ResponseWriter, r *http.Request, m proto.M
 		http.Error(w, "not the leader", http.StatusServiceUnavailable)
 		return false
 	}
+	return n.readPeerBody(w, r, m)
+}
+
+// readPeerBody decodes a request another member sent.
+func (n *Node) readPeerBody(w http.ResponseWriter, r *http.Request, m proto.Message) bool {
 	b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	if err == nil {
 		err = proto.Unmarshal(b, m)
@@ -231,4 +237,12 @@ func (n *Node) clientURLs(id uint64) []string {
 	n.clients[id] = got.ClientURLs
 	n.clientMu.Unlock()
 	return got.ClientURLs
+}
+
+func mustMarshal(m proto.Message) []byte {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		panic(err) // only kite's own well-formed requests are marshalled
+	}
+	return b
 }
