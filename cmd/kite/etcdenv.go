@@ -30,7 +30,7 @@ func etcdFlags() []string {
 		"grpc-keepalive-min-time", "grpc-keepalive-interval", "grpc-keepalive-timeout",
 		"listen-peer-urls", "initial-cluster", "initial-cluster-state", "initial-cluster-token",
 		"heartbeat-interval", "election-timeout", "snapshot-count", "max-snapshots", "max-wals",
-		"corrupt-check-time",
+		"corrupt-check-time", "snapshot-catchup-entries", "experimental-snapshot-catchup-entries",
 	}
 }
 

@@ -66,6 +66,7 @@ type serveFlags struct {
 	snapshotCount       uint64
 	maxSnapshots        uint
 	maxWALs             uint
+	catchUpEntries      uint64
 	corruptCheckTime    time.Duration
 	// raft is the bootstrap built from them when they select raftsql.
 	raft *raftsql.Config
@@ -81,6 +82,8 @@ func aliasTarget(name string) string {
 	switch name {
 	case "experimental-watch-progress-notify-interval":
 		return "watch-progress-notify-interval"
+	case "experimental-snapshot-catchup-entries":
+		return "snapshot-catchup-entries"
 	}
 	return ""
 }
@@ -128,6 +131,8 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.Uint64Var(&f.snapshotCount, "snapshot-count", 10000, "Number of committed transactions to trigger a snapshot to disk.")
 	fs.UintVar(&f.maxSnapshots, "max-snapshots", 5, "Maximum number of snapshot files to retain (0 is unlimited).")
 	fs.UintVar(&f.maxWALs, "max-wals", 5, "Maximum number of wal files to retain (0 is unlimited).")
+	fs.Uint64Var(&f.catchUpEntries, "snapshot-catchup-entries", 5000, "Number of entries for a slow follower to catch-up after compacting the raft storage entries.")
+	fs.Uint64Var(&f.catchUpEntries, "experimental-snapshot-catchup-entries", 5000, "Deprecated alias of --snapshot-catchup-entries.")
 	fs.DurationVar(&f.corruptCheckTime, "corrupt-check-time", 5*time.Minute, "Duration of time between cluster corruption check passes (raftsql; the first runs shortly after start).")
 	fs.StringVar(&f.datastoreEndpoint, "datastore-endpoint", "", "Storage: empty or sqlite://PATH for the embedded SQLite database (kite.db in --data-dir by default); postgres://user:pass@host/db?sslmode=... for several kite servers on one Postgres database; raftsql for a member of a raft cluster (also selected by --initial-cluster or --listen-peer-urls).")
 	fs.IntVar(&f.datastoreMaxOpenConns, "datastore-max-open-connections", 0, "Most connections to a database server (0: the driver's default).")
@@ -284,6 +289,7 @@ func (f *serveFlags) raftConfig() (*raftsql.Config, error) {
 		SnapshotCount:   f.snapshotCount,
 		MaxSnapshots:    int(f.maxSnapshots),
 		MaxWALs:         int(f.maxWALs),
+		CatchUpEntries:  f.catchUpEntries,
 		MaxRequestBytes: int(f.maxRequestBytes),
 
 		CorruptCheckInterval: f.corruptCheckTime,

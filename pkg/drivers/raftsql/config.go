@@ -44,6 +44,11 @@ type Config struct {
 	SnapshotCount   uint64        // --snapshot-count
 	MaxSnapshots    int           // --max-snapshots
 	MaxWALs         int           // --max-wals
+	// CatchUpEntries is how many applied entries a member keeps in its
+	// log after a snapshot, so a follower a little behind catches up from
+	// the log instead of receiving a whole database
+	// (--snapshot-catchup-entries).
+	CatchUpEntries uint64
 	// MaxRequestBytes bounds one proposal (--max-request-bytes); raft's
 	// messages are sized from it as etcd sizes them.
 	MaxRequestBytes int
@@ -56,15 +61,12 @@ type Config struct {
 
 // Defaults are etcd's.
 const (
-	DefaultHeartbeat     = 100 * time.Millisecond
-	DefaultElection      = 1000 * time.Millisecond
-	DefaultSnapshotCount = 10000
-	DefaultMaxSnapshots  = 5
-	DefaultMaxWALs       = 5
-	// catchUpEntries is how many applied entries a node keeps in memory
-	// after a snapshot, so a slightly slow follower catches up from the log
-	// instead of receiving a whole database (etcd keeps 5000).
-	catchUpEntries = 5000
+	DefaultHeartbeat      = 100 * time.Millisecond
+	DefaultElection       = 1000 * time.Millisecond
+	DefaultSnapshotCount  = 10000
+	DefaultMaxSnapshots   = 5
+	DefaultMaxWALs        = 5
+	DefaultCatchUpEntries = 5000
 )
 
 func (c *Config) setDefaults() {
@@ -76,6 +78,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.SnapshotCount == 0 {
 		c.SnapshotCount = DefaultSnapshotCount
+	}
+	if c.CatchUpEntries == 0 {
+		c.CatchUpEntries = DefaultCatchUpEntries
 	}
 	if c.MaxSnapshots == 0 {
 		c.MaxSnapshots = DefaultMaxSnapshots

@@ -43,9 +43,9 @@ func (n *Node) maybeSnapshot() {
 	}
 	// Keep some entries, so a follower a little behind gets entries rather
 	// than a whole database.
-	if applied > catchUpEntries {
-		if err := n.storage.Compact(applied - catchUpEntries); err != nil && !errors.Is(err, raft.ErrCompacted) {
-			n.log.Warn("compact raft log", "index", applied-catchUpEntries, "err", err)
+	if keep := n.cfg.CatchUpEntries; applied > keep {
+		if err := n.storage.Compact(applied - keep); err != nil && !errors.Is(err, raft.ErrCompacted) {
+			n.log.Warn("compact raft log", "index", applied-keep, "err", err)
 		}
 	}
 	n.log.Info("snapshot taken", "index", applied)
