@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -293,6 +294,8 @@ func (f *serveFlags) raftConfig() (*raftsql.Config, error) {
 		MaxRequestBytes: int(f.maxRequestBytes),
 
 		CorruptCheckInterval: f.corruptCheckTime,
+		// Tests partition members through it (pkg/drivers/raftsql/faults.go).
+		TestFaults: os.Getenv("KITE_TEST_PEER_FAULTS") == "1",
 	}, nil
 }
 

@@ -56,7 +56,10 @@ type Config struct {
 	// with the other members' (etcd's --corrupt-check-time); the first
 	// check runs shortly after start.
 	CorruptCheckInterval time.Duration
-	Logger               *slog.Logger
+	// TestFaults serves the fault hooks tests use to partition a member
+	// (faults.go); never set in production.
+	TestFaults bool
+	Logger     *slog.Logger
 }
 
 // Defaults are etcd's.

@@ -54,6 +54,7 @@ func (n *Node) peerHandler() http.Handler {
 		_ = json.NewEncoder(w).Encode(member{ID: n.id, Name: n.cfg.Name, PeerURLs: n.self().PeerURLs, ClientURLs: n.cfg.AdvertiseClient})
 	})
 	mux.HandleFunc(pathHashKV, n.hashKVHandler)
+	n.handleFaults(mux)
 	mux.HandleFunc(pathRenew, func(w http.ResponseWriter, r *http.Request) {
 		req := &pb.LeaseKeepAliveRequest{}
 		if !n.readPeerRequest(w, r, req) {
