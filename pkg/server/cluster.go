@@ -20,6 +20,24 @@ import (
 var errNeedsRaftSQL = status.Error(codes.FailedPrecondition,
 	"etcdserver: membership changes need kite's raftsql mode; this server is a single-member cluster")
 
+// errMembershipNotYet answers membership changes in raftsql mode, whose
+// raft configuration changes are not built yet: the cluster keeps the
+// members it was bootstrapped with.
+var errMembershipNotYet = status.Error(codes.Unimplemented,
+	"etcdserver: kite's raftsql mode does not support membership changes yet; the cluster keeps its bootstrap members")
+
+// refuseChange answers a membership change of member id: etcd's "member
+// not found" for an unknown one, else the reason kite cannot do it.
+func (s *clusterServer) refuseChange(id uint64) error {
+	if !slices.ContainsFunc(s.members(), func(m *pb.Member) bool { return m.ID == id }) {
+		return rpctypes.ErrGRPCMemberNotFound
+	}
+	if s.hdr.raft != nil {
+		return errMembershipNotYet
+	}
+	return errNeedsRaftSQL
+}
+
 // memberID derives a stable member ID the way etcd derives one from a
 // member's peer URLs and cluster name (sha1, first 8 bytes big-endian):
 // here from the sorted advertise client URLs and the member name, so the ID
@@ -59,6 +77,9 @@ type Clustered interface {
 	// RaftStatus is raft's view: the leader's ID (0: none), the term, the
 	// last committed and the last applied index.
 	RaftStatus() (leader, term, index, applied uint64)
+	// MoveLeader hands leadership to member target and waits until it
+	// leads, with etcd's errors (not leader, bad transferee, timeout).
+	MoveLeader(ctx context.Context, target uint64) error
 	Err() <-chan error
 }
 
@@ -100,27 +121,24 @@ func (s *clusterServer) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (
 			return nil, rpctypes.ErrGRPCMemberBadURLs
 		}
 	}
+	if s.hdr.raft != nil {
+		return nil, errMembershipNotYet
+	}
 	return nil, errNeedsRaftSQL
 }
 
 func (s *clusterServer) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
-	if r.ID != s.member.ID {
-		return nil, rpctypes.ErrGRPCMemberNotFound
-	}
-	return nil, errNeedsRaftSQL
+	return nil, s.refuseChange(r.ID)
 }
 
 func (s *clusterServer) MemberUpdate(ctx context.Context, r *pb.MemberUpdateRequest) (*pb.MemberUpdateResponse, error) {
-	if r.ID != s.member.ID {
-		return nil, rpctypes.ErrGRPCMemberNotFound
-	}
-	return nil, errNeedsRaftSQL
+	return nil, s.refuseChange(r.ID)
 }
 
 // MemberPromote of the only member, which is a voter: etcd's "can only
 // promote a learner member".
 func (s *clusterServer) MemberPromote(ctx context.Context, r *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
-	if r.ID != s.member.ID {
+	if !slices.ContainsFunc(s.members(), func(m *pb.Member) bool { return m.ID == r.ID }) {
 		return nil, rpctypes.ErrGRPCMemberNotFound
 	}
 	return nil, rpctypes.ErrGRPCMemberNotLearner

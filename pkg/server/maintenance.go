@@ -118,10 +118,17 @@ func (s *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*p
 	return resp, nil
 }
 
-// MoveLeader: this member is the only one and always the leader, so a
-// transfer to itself succeeds at once (as raft ignores it in etcd) and a
-// transfer to anyone else names no member: ErrBadLeaderTransferee.
+// MoveLeader: a raftsql member transfers raft leadership. A single member
+// is the only one and always the leader, so a transfer to itself succeeds
+// at once (as raft ignores it in etcd) and a transfer to anyone else names
+// no member: ErrBadLeaderTransferee.
 func (s *maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
+	if s.hdr.raft != nil {
+		if err := s.hdr.raft.MoveLeader(ctx, r.TargetID); err != nil {
+			return nil, toGRPCError(err)
+		}
+		return &pb.MoveLeaderResponse{Header: s.hdr.fill(nil)}, nil
+	}
 	if r.TargetID != s.hdr.memberID {
 		return nil, rpctypes.ErrGRPCBadLeaderTransferee
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/types"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/rafthttp"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/snap"
@@ -25,6 +26,8 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kite-db/kite/pkg/drivers/sqlite"
@@ -413,4 +416,35 @@ func (n *Node) Members() []*pb.Member {
 		ms[i] = &pb.Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: n.clientURLs(m.ID)}
 	}
 	return ms
+}
+
+// errLeaderTransferTimeout is etcd's answer (Unavailable, as its unmapped
+// server errors are not: etcd's text, the code clients retry).
+var errLeaderTransferTimeout = status.Error(codes.Unavailable, "etcdserver: request timed out, leader transfer took too long")
+
+// MoveLeader transfers leadership to member target, as etcd's MoveLeader:
+// only the leader may, to a member of the cluster, and the call returns
+// once target leads.
+func (n *Node) MoveLeader(ctx context.Context, target uint64) error {
+	if n.lead.Load() != n.id {
+		return rpctypes.ErrGRPCNotLeader
+	}
+	if _, ok := n.memberByID(target); !ok {
+		return rpctypes.ErrGRPCBadLeaderTransferee
+	}
+	if target == n.id {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.requestTimeout())
+	defer cancel()
+	n.log.Info("transferring leadership", "to", fmt.Sprintf("%x", target))
+	n.node.TransferLeadership(ctx, n.id, target)
+	for n.lead.Load() != target {
+		select {
+		case <-ctx.Done():
+			return errLeaderTransferTimeout
+		case <-time.After(n.cfg.Heartbeat):
+		}
+	}
+	return nil
 }
