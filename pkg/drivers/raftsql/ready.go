@@ -38,7 +38,11 @@ func (n *Node) run() {
 				if leader := rd.SoftState.Lead == n.id; leader != isLeader {
 					isLeader = leader
 					n.log.Info("leadership changed", "leader", leader, "lead", fmt.Sprintf("%x", rd.SoftState.Lead))
-					n.primary <- leader
+					select {
+					case n.primary <- leader:
+					case <-n.ctx.Done():
+						return
+					}
 				}
 			}
 			if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
