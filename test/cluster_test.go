@@ -1,0 +1,391 @@
+package test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+// Harness for the raftsql tests: a cluster of kite processes started with
+// etcd's own clustering flags, each a direct child of the test.
+//
+// With KITE_TEST_AGAINST_ETCD=1 every member is a real etcd instead (the
+// test binary re-executed as etcd), which proves the tests on etcd.
+// KITE_TEST_RAFT_LOG_LEVEL sets the members' --log-level (default warn).
+
+// etcdMemberEnv, set in a child's environment, makes the test binary run
+// etcd's main with its arguments instead of the tests.
+const etcdMemberEnv = "KITE_TEST_ETCD_MEMBER"
+
+func init() {
+	if os.Getenv(etcdMemberEnv) == "1" {
+		etcdmain.Main(append([]string{"etcd"}, os.Args[1:]...))
+		os.Exit(0)
+	}
+}
+
+var raftLogLevel = envOr("KITE_TEST_RAFT_LOG_LEVEL", "warn")
+
+// cluster is n members bootstrapped together (--initial-cluster-state new).
+type cluster struct {
+	t       *testing.T
+	token   string
+	members []*clusterMember
+	// extra flags every member gets after the bootstrap ones.
+	extra []string
+}
+
+// clusterMember is one member. It is a kiteProcess so that the fleet
+// helpers (watchEvery, startWriters, waitFor) take it as any other server,
+// and so that Kill and the cleanup are the harness's; it has its own
+// command line and so its own start and Restart.
+type clusterMember struct {
+	*kiteProcess
+	c       *cluster
+	name    string
+	peerURL string
+}
+
+// startCluster starts n members on fresh data dirs and waits until each
+// serves and all agree on a leader.
+func startCluster(t *testing.T, n int) *cluster {
+	t.Helper()
+	return startClusterWith(t, n)
+}
+
+// startClusterWith is startCluster with extra flags for every member.
+func startClusterWith(t *testing.T, n int, extra ...string) *cluster {
+	t.Helper()
+	if !againstEtcd && kiteBuildErr != nil {
+		t.Fatalf("kite binary: %v", kiteBuildErr)
+	}
+	c := &cluster{t: t, token: fmt.Sprintf("kite-test-%x", rand.Uint64()), extra: extra}
+	used := map[int]bool{}
+	port := func() int {
+		for {
+			if p := freePort(t); !used[p] {
+				used[p] = true
+				return p
+			}
+		}
+	}
+	for i := range n {
+		m := &clusterMember{c: c, name: fmt.Sprintf("n%d", i)}
+		m.kiteProcess = &kiteProcess{server: &server{name: m.name}, t: t, dataDir: t.TempDir(), port: port(), log: &syncBuffer{}}
+		m.Endpoint = "http://127.0.0.1:" + strconv.Itoa(m.port)
+		m.peerURL = "http://127.0.0.1:" + strconv.Itoa(port())
+		c.members = append(c.members, m)
+	}
+	t.Cleanup(func() {
+		for _, m := range c.members {
+			m.kiteProcess.stop()
+			if t.Failed() {
+				t.Logf("member %s log (tail):\n%s", m.name, m.log.tail(8192))
+			}
+		}
+	})
+	// All first: no member serves before a quorum runs.
+	for _, m := range c.members {
+		if err := m.start(); err != nil {
+			t.Fatalf("start member %s: %v\nlog:\n%s", m.name, err, m.log.tail(8192))
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, m := range c.members {
+		if err := m.waitServing(deadline); err != nil {
+			t.Fatalf("member %s: %v\nlog:\n%s", m.name, err, m.log.tail(8192))
+		}
+	}
+	c.leaderIndex(t)
+	return c
+}
+
+// initialCluster is the --initial-cluster value: every member's name=peer URL.
+func (c *cluster) initialCluster() string {
+	var parts []string
+	for _, m := range c.members {
+		parts = append(parts, m.name+"="+m.peerURL)
+	}
+	return strings.Join(parts, ",")
+}
+
+// args is the member's command line with the given cluster token.
+func (m *clusterMember) args(token string) []string {
+	return append(memberArgs(m.name, m.dataDir, m.Endpoint, m.peerURL, m.c.initialCluster(), token), m.c.extra...)
+}
+
+// memberArgs is a member's command line, etcd's flags exactly as etcd takes them.
+func memberArgs(name, dataDir, clientURL, peerURL, initialCluster, token string) []string {
+	return []string{
+		"--name", name,
+		"--data-dir", dataDir,
+		"--listen-client-urls", clientURL,
+		"--advertise-client-urls", clientURL,
+		"--listen-peer-urls", peerURL,
+		"--initial-advertise-peer-urls", peerURL,
+		"--initial-cluster", initialCluster,
+		"--initial-cluster-state", "new",
+		"--initial-cluster-token", token,
+		"--heartbeat-interval", "50",
+		"--election-timeout", "500",
+		"--log-level", raftLogLevel,
+	}
+}
+
+// memberCommand is the command of a member process (kite, or etcd when the
+// tests run against etcd).
+func memberCommand(t testing.TB, args []string) *exec.Cmd {
+	t.Helper()
+	var cmd *exec.Cmd
+	if againstEtcd {
+		self, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd = exec.Command(self, args...)
+		cmd.Env = append(os.Environ(), etcdMemberEnv+"=1")
+	} else {
+		if kiteBuildErr != nil {
+			t.Fatalf("kite binary: %v", kiteBuildErr)
+		}
+		cmd = exec.Command(kiteBin, args...)
+		// The peer fault hooks (partition a member) are served to tests.
+		cmd.Env = append(os.Environ(), "KITE_TEST_PEER_FAULTS=1")
+	}
+	// A member must not outlive a test process that dies without cleanup.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
+// start starts the process; it does not wait for it to serve.
+func (m *clusterMember) start() error {
+	cmd := memberCommand(m.t, m.args(m.c.token))
+	cmd.Stdout, cmd.Stderr = m.log, m.log
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	m.cmd = cmd
+	m.exited = make(chan struct{})
+	go func(cmd *exec.Cmd, c chan struct{}, log *syncBuffer) {
+		cmd.Wait()
+		// A member that dies on its own is then seen in its log.
+		fmt.Fprintf(log, "----- exited at %s: %v -----\n", time.Now().UTC().Format("15:04:05.000"), cmd.ProcessState)
+		close(c)
+	}(cmd, m.exited, m.log)
+	return m.connect(m.Endpoint)
+}
+
+// waitServing waits until the member knows a leader and answers a
+// linearizable read (which needs a working quorum).
+func (m *clusterMember) waitServing(deadline time.Time) error {
+	var last error
+	for time.Now().Before(deadline) {
+		select {
+		case <-m.exited:
+			return fmt.Errorf("process exited (%v) before serving (last error: %v)", m.cmd.ProcessState, last)
+		default:
+		}
+		st, err := m.status()
+		if err == nil && st.Leader == 0 {
+			err = errors.New("Status reports no leader")
+		}
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, err = m.KV.Range(ctx, &pb.RangeRequest{Key: []byte("readiness")})
+			cancel()
+		}
+		if err == nil {
+			return nil
+		}
+		last = err
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("not serving in time: %v", last)
+}
+
+// status asks the member's Maintenance Status, without the client's retries.
+func (m *clusterMember) status() (*pb.StatusResponse, error) {
+	if !m.running() {
+		return nil, fmt.Errorf("member %s is not running", m.name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	return m.Maint.Status(ctx, &pb.StatusRequest{})
+}
+
+func (m *clusterMember) running() bool { return m.cmd != nil }
+
+// Kill ends the member abruptly (SIGKILL): no shutdown code runs.
+func (m *clusterMember) Kill() { m.kiteProcess.stop() }
+
+// Stop ends the member cleanly (SIGTERM) and waits for it to exit.
+func (m *clusterMember) Stop() {
+	m.t.Helper()
+	if !m.running() {
+		return
+	}
+	if m.Client != nil {
+		m.Client.Close()
+		m.Client = nil
+	}
+	_ = m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-m.exited:
+	case <-time.After(15 * time.Second):
+		m.t.Errorf("member %s still running 15 s after SIGTERM; killed", m.name)
+		m.cmd.Process.Kill()
+		<-m.exited
+	}
+	m.cmd = nil
+}
+
+// Restart starts the member again with the same command line and data dir
+// and waits until it serves (the rest of the cluster must have a quorum).
+func (m *clusterMember) Restart() {
+	m.t.Helper()
+	if m.running() {
+		m.t.Fatalf("restart of member %s, which is running", m.name)
+	}
+	fmt.Fprintf(m.log, "\n----- restart -----\n")
+	err := m.start()
+	if err == nil {
+		err = m.waitServing(time.Now().Add(30 * time.Second))
+	}
+	if err != nil {
+		m.t.Fatalf("restart member %s: %v\nlog:\n%s", m.name, err, m.log.tail(8192))
+	}
+}
+
+// endpoints returns every member's client URL.
+func (c *cluster) endpoints() []string {
+	var eps []string
+	for _, m := range c.members {
+		eps = append(eps, m.Endpoint)
+	}
+	return eps
+}
+
+// procs returns the members, all or those at the given indexes, as the
+// fleet helpers take them.
+func (c *cluster) procs(idx ...int) []*kiteProcess {
+	if idx == nil {
+		for i := range c.members {
+			idx = append(idx, i)
+		}
+	}
+	var ks []*kiteProcess
+	for _, i := range idx {
+		ks = append(ks, c.members[i].kiteProcess)
+	}
+	return ks
+}
+
+// others returns the indexes of every member but i.
+func (c *cluster) others(i int) []int {
+	var idx []int
+	for j := range c.members {
+		if j != i {
+			idx = append(idx, j)
+		}
+	}
+	return idx
+}
+
+// leaderIndex returns the index of the leader once every running member
+// names the same leader and that leader is running (15 s at most).
+func (c *cluster) leaderIndex(t *testing.T) int {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		i, err := c.agreedLeader()
+		if err == nil {
+			return i
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no leader agreed on by every running member in 15 s: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (c *cluster) agreedLeader() (int, error) {
+	var leader uint64
+	idx := -1
+	for i, m := range c.members {
+		if !m.running() {
+			continue
+		}
+		st, err := m.status()
+		if err != nil {
+			return -1, fmt.Errorf("Status of %s: %w", m.name, err)
+		}
+		switch {
+		case st.Leader == 0:
+			return -1, fmt.Errorf("%s knows no leader", m.name)
+		case leader != 0 && st.Leader != leader:
+			return -1, fmt.Errorf("%s names leader %x, another member %x", m.name, st.Leader, leader)
+		}
+		leader = st.Leader
+		if st.Header.GetMemberId() == leader {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return -1, fmt.Errorf("leader %x is no running member", leader)
+	}
+	return idx, nil
+}
+
+// runToExit runs a member command line that must end by itself and
+// returns its output and exit code; a process still running after
+// timeout is killed and fails the test.
+func runToExit(t *testing.T, args []string, timeout time.Duration) (string, int) {
+	t.Helper()
+	cmd := memberCommand(t, args)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("%v still running after %v; output:\n%s", args, timeout, out.tail(8192))
+	}
+	return out.tail(1 << 20), cmd.ProcessState.ExitCode()
+}
+
+// putEventually retries a put through m until it succeeds or timeout
+// passes, and returns its response.
+func putEventually(t *testing.T, m *clusterMember, key, value string, timeout time.Duration) *clientv3.PutResponse {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		resp, err := m.Client.Put(ctx, key, value)
+		cancel()
+		if err == nil {
+			return resp
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("put %s through %s: still failing after %v: %v", key, m.name, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,272 @@
+package test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	_ "modernc.org/sqlite"
+)
+
+// Faults a raftsql cluster must survive beyond a SIGKILL: a partitioned
+// leader, a follower cut off long enough to need the leader's database, a
+// member whose data went bad. The partition is raftsql's test hook
+// (KITE_TEST_PEER_FAULTS, set by memberCommand): the member's raft messages
+// are dropped both ways while its clients still reach it.
+
+// fault asks member m's peer URL to isolate or heal it.
+func (m *clusterMember) fault(t *testing.T, what string) {
+	t.Helper()
+	resp, err := http.Post(m.peerURL+"/kite/test/"+what, "text/plain", nil)
+	if err != nil {
+		t.Fatalf("%s %s: %v", what, m.name, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s %s: %s", what, m.name, resp.Status)
+	}
+}
+
+// TestRaftSQLPartitionedLeader: a leader cut off from its peers stops
+// answering linearizable reads and writes (it cannot reach a quorum) while
+// the others elect a new leader and go on; healed, it follows the new
+// leader and has every write made meanwhile, and nothing it was sent while
+// alone was acknowledged.
+func TestRaftSQLPartitionedLeader(t *testing.T) {
+	if againstEtcd {
+		t.Skip("the partition is a kite test hook")
+	}
+	c := startCluster(t, 3)
+	ctx := testCtx(t, 2*time.Minute)
+	l := c.leaderIndex(t)
+	old := c.members[l]
+	putEventually(t, old, "part/before", "1", 10*time.Second)
+	old.fault(t, "isolate")
+
+	// The others elect a leader among themselves.
+	others := c.others(l)
+	a, b := c.members[others[0]], c.members[others[1]]
+	var newLeader uint64
+	deadline := time.Now().Add(15 * time.Second)
+	for newLeader == 0 || newLeader == old.memberID(t) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no new leader among the majority within 15 s (leader seen: %x)", newLeader)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if st, err := a.status(); err == nil {
+			newLeader = st.Leader
+		}
+	}
+	during := putEventually(t, a, "part/during", "2", 15*time.Second)
+
+	// The isolated member answers no linearizable read and acknowledges
+	// no write; a serializable read still answers, from its own state.
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	_, err := old.Client.Get(rctx, "part/during")
+	cancel()
+	if err == nil {
+		t.Fatal("linearizable get through the partitioned old leader succeeded")
+	}
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	_, err = old.Client.Put(wctx, "part/alone", "x")
+	cancel()
+	if err == nil {
+		t.Fatal("put through the partitioned old leader was acknowledged")
+	}
+	if resp, err := old.Client.Get(ctx, "part/before", clientv3.WithSerializable()); err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("serializable get through the partitioned member: %v %v", resp, err)
+	}
+
+	old.fault(t, "heal")
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := old.Client.Get(gctx, "part/during")
+		cancel()
+		if err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].ModRevision == during.Header.Revision {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("healed member does not have the write made during the partition: %v %v", resp, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if st, err := old.status(); err != nil || st.Leader == old.memberID(t) {
+		t.Fatalf("healed old leader: status %v, %v; want it to follow the new leader", st, err)
+	}
+	for _, m := range []*clusterMember{old, a, b} {
+		resp, err := m.Client.Get(ctx, "part/alone")
+		if err != nil || len(resp.Kvs) != 0 {
+			t.Fatalf("the write sent to the partitioned leader exists on %s: %v %v", m.name, resp, err)
+		}
+	}
+	rev := putEventually(t, b, "part/after", "3", 10*time.Second).Header.Revision
+	waitApplied(t, c, rev)
+	sameHashKV(t, ctx, c, rev)
+}
+
+// memberID is the member's ID as its Status reports it.
+func (m *clusterMember) memberID(t *testing.T) uint64 {
+	t.Helper()
+	st, err := m.status()
+	if err != nil {
+		t.Fatalf("status of %s: %v", m.name, err)
+	}
+	return st.Header.MemberId
+}
+
+// waitApplied waits until every member has applied revision rev.
+func waitApplied(t *testing.T, c *cluster, rev int64) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for _, m := range c.members {
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			resp, err := m.Client.Get(ctx, "\x00", clientv3.WithSerializable())
+			cancel()
+			if err == nil && resp.Header.Revision >= rev {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("member %s has not applied revision %d: %v %v", m.name, rev, resp, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// TestRaftSQLSnapshotCatchUp: a follower cut off while the others write
+// well past their snapshot and log compaction needs entries the leader no
+// longer has; it is sent the leader's database, reloads from it, and its
+// watchers, connected throughout, get every event they missed, in order,
+// as if nothing had happened.
+func TestRaftSQLSnapshotCatchUp(t *testing.T) {
+	if againstEtcd {
+		t.Skip("the partition is a kite test hook")
+	}
+	// Info level: the follower's log must show that it restored a snapshot.
+	c := startClusterWith(t, 3, "--snapshot-count", "50", "--snapshot-catchup-entries", "10", "--log-level", "info")
+	ctx := testCtx(t, 2*time.Minute)
+	l := c.leaderIndex(t)
+	fi := c.others(l)[0]
+	f, w := c.members[fi], c.members[c.others(l)[1]]
+	putEventually(t, f, "snap/0", "0", 10*time.Second)
+	ws := watchEvery(ctx, t, c.procs(), "snap/")
+
+	f.fault(t, "isolate")
+	var last int64
+	for i := 1; i <= 300; i++ {
+		resp, err := w.Client.Put(ctx, fmt.Sprintf("snap/%d", i%40), fmt.Sprint(i))
+		if err != nil {
+			t.Fatalf("put %d through %s: %v", i, w.name, err)
+		}
+		last = resp.Header.Revision
+	}
+	f.fault(t, "heal")
+	ws.waitFor(t, c.procs(), last)
+	events := ws.stop()
+	checkOneOrder(t, events, last, nil)
+	if !strings.Contains(f.log.tail(1<<20), "restoring the database from the leader's snapshot") {
+		t.Errorf("the cut-off follower caught up without a snapshot; the test did not test it")
+	}
+	waitApplied(t, c, last)
+	sameHashKV(t, ctx, c, last)
+	// Its own state after the restore: a serializable read of everything.
+	want, err := w.Client.Get(ctx, "snap/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.Client.Get(ctx, "snap/", clientv3.WithPrefix(), clientv3.WithSerializable(), clientv3.WithRev(want.Header.Revision))
+	if err != nil || len(got.Kvs) != len(want.Kvs) {
+		t.Fatalf("restored follower's keys: %v %v; want %d keys", got, err, len(want.Kvs))
+	}
+	for i := range want.Kvs {
+		if string(got.Kvs[i].Value) != string(want.Kvs[i].Value) || got.Kvs[i].ModRevision != want.Kvs[i].ModRevision {
+			t.Fatalf("restored follower's key %s: %v; want %v", want.Kvs[i].Key, got.Kvs[i], want.Kvs[i])
+		}
+	}
+}
+
+// TestRaftSQLCorruptionCheck: a member whose database was changed behind
+// raft's back hashes differently; the leader's periodic check finds it and
+// raises etcd's CORRUPT alarm, after which writes are refused with etcd's
+// "corrupt cluster" until the alarm is disarmed.
+func TestRaftSQLCorruptionCheck(t *testing.T) {
+	if againstEtcd {
+		t.Skip("etcd's check is configured by other flags")
+	}
+	c := startClusterWith(t, 3, "--corrupt-check-time", "1s")
+	ctx := testCtx(t, 2*time.Minute)
+	l := c.leaderIndex(t)
+	victim := c.members[c.others(l)[0]]
+	for i := range 20 {
+		putEventually(t, c.members[l], fmt.Sprintf("cc/%d", i), "good", 10*time.Second)
+	}
+	victim.Stop()
+	db, err := sql.Open("sqlite", filepath.Join(victim.dataDir, "kite.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := db.Exec(`UPDATE kv SET value = CAST('bad' AS BLOB) WHERE key = CAST('cc/7' AS BLOB)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		t.Fatalf("corrupted %d rows, want 1", n)
+	}
+	db.Close()
+	victim.Restart()
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := c.members[l].Client.AlarmList(ctx)
+		if err == nil && len(resp.Alarms) > 0 {
+			if a := resp.Alarms[0]; a.Alarm != pb.AlarmType_CORRUPT {
+				t.Fatalf("alarm raised: %v; want CORRUPT", a)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no CORRUPT alarm 30 s after a member's data changed behind raft: %v %v", resp, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	_, err = c.members[l].Client.Put(ctx, "cc/after", "x")
+	if !errors.Is(err, rpctypes.ErrCorrupt) {
+		t.Fatalf("put with CORRUPT raised: %v; want %v", err, rpctypes.ErrCorrupt)
+	}
+}
+
+// TestRaftSQLMoveLeader: etcd's MoveLeader through the leader hands
+// leadership to the member named; through a follower it is refused with
+// "not leader", to an unknown member with "bad leader transferee".
+func TestRaftSQLMoveLeader(t *testing.T) {
+	c := startCluster(t, 3)
+	ctx := testCtx(t, time.Minute)
+	l := c.leaderIndex(t)
+	target := c.members[c.others(l)[0]]
+	tid := target.memberID(t)
+	follower := c.members[c.others(l)[1]]
+	if _, err := follower.Client.MoveLeader(ctx, tid); !errors.Is(err, rpctypes.ErrNotLeader) {
+		t.Errorf("MoveLeader through a follower: %v; want %v", err, rpctypes.ErrNotLeader)
+	}
+	if _, err := c.members[l].Client.MoveLeader(ctx, tid^1); !errors.Is(err, rpctypes.ErrBadLeaderTransferee) {
+		t.Errorf("MoveLeader to an unknown member: %v; want %v", err, rpctypes.ErrBadLeaderTransferee)
+	}
+	if _, err := c.members[l].Client.MoveLeader(ctx, tid); err != nil {
+		t.Fatalf("MoveLeader to %s: %v", target.name, err)
+	}
+	if got := c.members[c.leaderIndex(t)]; got != target {
+		t.Fatalf("leader after MoveLeader is %s; want %s", got.name, target.name)
+	}
+	putEventually(t, follower, "ml/after", "1", 10*time.Second)
+}
