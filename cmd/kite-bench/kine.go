@@ -56,8 +56,8 @@ func kineKind(path string, servers int) serverKind {
 		servers: servers,
 		dbEnv:   "KINE_ENDPOINT",
 		partial: true,
-		argv: func(_, clientURL string) []string {
-			return []string{path, "--listen-address", hostPort(clientURL), "--metrics-bind-address", "0"}
+		argv: func(m member) []string {
+			return []string{path, "--listen-address", hostPort(m.clientURL), "--metrics-bind-address", "0"}
 		},
 	}
 }

@@ -6,6 +6,7 @@
 //	kite-bench --endpoints http://127.0.0.1:2379 [--workloads put@64,get,...]
 //	kite-bench --compare --kite-binary ./kite [--memory-keys 100000]
 //	kite-bench --compare --datastore postgres [--kite-servers 2] [--kine-binary auto]
+//	kite-bench --compare --datastore raftsql --members 3 [--workloads ...,failover]
 //	kite-bench --smoke --endpoints ...      every workload, tiny (CI)
 //	kite-bench build-kine [--dir D]          build the kine reference, print its path
 //
@@ -16,8 +17,15 @@
 // a dependency of kite's module: kine.go builds it with the go command
 // from its own module (see buildKine).
 //
+// In raftsql mode (--datastore raftsql) kite and the reference etcd are
+// each a raft cluster of --members processes on loopback ports, started
+// with etcd's clustering flags (raftsql.go); the failover workload kills
+// the leader of each and times the recovery (workload_failover.go).
+//
 // `kite-bench etcd-server --data-dir D --listen URL` is the hidden reference
-// server that --compare starts as its own process.
+// server that --compare starts as its own process; in raftsql mode, with
+// --name, --listen-peer, --initial-cluster and --initial-cluster-token, one
+// member of a reference etcd cluster.
 package main
 
 import (
@@ -68,6 +76,11 @@ type config struct {
 	kineServers   int
 	kineCacheDir  string
 
+	// Raftsql mode (--compare only): members of kite's raft cluster and
+	// of the reference etcd's, and how many leaders failover kills.
+	members   int
+	failovers int
+
 	// CPU profiles of kite (started with --enable-pprof) during these
 	// workloads, written to profileDir.
 	profile    map[string]bool
@@ -78,6 +91,7 @@ type config struct {
 const (
 	datastoreSQLite   = "sqlite"
 	datastorePostgres = "postgres"
+	datastoreRaftSQL  = "raftsql"
 )
 
 func main() {
@@ -136,7 +150,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, slog.Level, error) {
 	fs.StringVar(&cfg.workDir, "work-dir", "", "parent of the temporary data directories of --compare (default: $TMPDIR)")
 	fs.DurationVar(&cfg.startupWait, "startup-timeout", 60*time.Second, "how long a started server may take to answer")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&cfg.datastore, "datastore", datastoreSQLite, "with --compare: kite's storage, sqlite (its data dir) or postgres (a fresh database on --postgres-admin, dropped at the end)")
+	fs.StringVar(&cfg.datastore, "datastore", datastoreSQLite, "with --compare: kite's storage, sqlite (its data dir), postgres (a fresh database on --postgres-admin, dropped at the end) or raftsql (a raft cluster of --members kite processes, against an etcd cluster of as many)")
+	fs.IntVar(&cfg.members, "members", 1, "raftsql mode: members of kite's raft cluster and of the reference etcd cluster, each its own process, data dir and loopback ports; connections are spread over them round-robin (3 or 5 to survive the loss of one)")
+	fs.IntVar(&cfg.failovers, "failovers", 5, "failover: how many times the leader of each cluster is killed (and restarted)")
 	fs.StringVar(&cfg.postgresAdmin, "postgres-admin", defaultPostgresAdmin, "postgres mode: a loopback postgres:// URL of a role that may create databases; the benchmark's databases are made from it (its password is never printed)")
 	fs.IntVar(&cfg.kiteServers, "kite-servers", 1, "postgres mode: kite servers sharing the one database, each with its own data dir and port; connections are spread over them round-robin")
 	fs.StringVar(&cfg.kineBinary, "kine-binary", "", "postgres mode: add kine "+kineVersion+" as a second reference on its own fresh database; a kine binary, or \""+kineAuto+"\" to build it from its Go module (see \"How kine is built\" above)")
@@ -185,7 +201,8 @@ func applySmoke(cfg *config) {
 	cfg.total = 100
 	cfg.duration = 2 * time.Second
 	cfg.clients = min(cfg.clients, 4)
-	cfg.conns = min(cfg.conns, max(2, cfg.kiteServers, cfg.kineServers)) // a connection to every server
+	cfg.conns = min(cfg.conns, max(2, cfg.kiteServers, cfg.kineServers, cfg.members)) // a connection to every server
+	cfg.failovers = min(cfg.failovers, 2)
 	cfg.watchers = 4
 	cfg.events = 25
 	cfg.memoryKeys = min(cfg.memoryKeys, 1000)
@@ -205,18 +222,26 @@ func validate(cfg *config) error {
 		return errors.New("--clients, --conns and --keys must be at least 1, --val-size at least 0")
 	case cfg.watchers < 1 || cfg.events < 1:
 		return errors.New("--watchers and --events must be at least 1")
-	case cfg.datastore != datastoreSQLite && cfg.datastore != datastorePostgres:
-		return fmt.Errorf("--datastore %q: want %s or %s", cfg.datastore, datastoreSQLite, datastorePostgres)
-	case cfg.datastore == datastorePostgres && !cfg.compare:
-		return errors.New("--datastore postgres needs --compare (it sets up the servers it measures)")
+	case cfg.datastore != datastoreSQLite && cfg.datastore != datastorePostgres && cfg.datastore != datastoreRaftSQL:
+		return fmt.Errorf("--datastore %q: want %s, %s or %s", cfg.datastore, datastoreSQLite, datastorePostgres, datastoreRaftSQL)
+	case cfg.datastore != datastoreSQLite && !cfg.compare:
+		return fmt.Errorf("--datastore %s needs --compare (it sets up the servers it measures)", cfg.datastore)
+	case cfg.members < 1:
+		return errors.New("--members must be at least 1")
+	case cfg.members > 1 && cfg.datastore != datastoreRaftSQL:
+		return errors.New("--members needs --datastore raftsql")
+	case cfg.failovers < 1:
+		return errors.New("--failovers must be at least 1")
+	case hasWorkload(cfg, "failover") && (cfg.datastore != datastoreRaftSQL || cfg.members < 3):
+		return fmt.Errorf("the failover workload kills the leader of a raft cluster, so it needs --compare --datastore raftsql --members 3 or more (got --datastore %s --members %d): with fewer than 3 members no quorum survives the leader", cfg.datastore, cfg.members)
 	case cfg.kiteServers < 1 || cfg.kineServers < 1:
 		return errors.New("--kite-servers and --kine-servers must be at least 1")
 	case cfg.datastore != datastorePostgres && (cfg.kiteServers > 1 || cfg.kineServers > 1 || cfg.kineBinary != ""):
 		return errors.New("--kite-servers, --kine-servers and --kine-binary need --datastore postgres")
 	case cfg.datastore == datastorePostgres && cfg.kiteBinary == "etcd":
 		return errors.New("--kite-binary etcd cannot run on --datastore postgres")
-	case cfg.conns < max(cfg.kiteServers, cfg.kineServers):
-		return errors.New("--conns must be at least --kite-servers and --kine-servers (each server needs a connection)")
+	case cfg.conns < max(cfg.kiteServers, cfg.kineServers, cfg.members):
+		return errors.New("--conns must be at least --kite-servers, --kine-servers and --members (each server needs a connection)")
 	case cfg.profile != nil && !cfg.compare:
 		return errors.New("--profile needs --compare (it starts kite with --enable-pprof)")
 	}
@@ -233,6 +258,16 @@ func validate(cfg *config) error {
 	return nil
 }
 
+// hasWorkload reports whether the run includes the workload name.
+func hasWorkload(cfg *config, name string) bool {
+	for _, s := range cfg.workloads {
+		if s.name == name {
+			return true
+		}
+	}
+	return false
+}
+
 // usage prints what --help shows: the modes, how the kine reference is
 // built, then every flag.
 func usage(fs *flag.FlagSet) {
@@ -246,6 +281,10 @@ func usage(fs *flag.FlagSet) {
         --kine-binary, kine `+kineVersion+` on another fresh database as a second
         reference, and kite/kine ratios. kine implements only what Kubernetes uses:
         a workload it cannot serve is reported "unsupported by kine" with its error.
+  kite-bench --compare --datastore raftsql --members N [flags]
+        kite as a raft cluster of N members against a reference etcd cluster
+        of N members, each member its own process; add the failover workload
+        (N >= 3) to time the recovery from a kill -9 of the leader.
   kite-bench build-kine [--dir DIR]               build kine, print the binary's path
 
 With --kite-servers N (postgres mode) the N kite servers share one database
@@ -256,6 +295,19 @@ server puts --events keys at --watch-rate (100/s by default), W watchers
 (watch-remote@W, default --clients) on the other servers; it reports the
 latency from each put's acknowledgement to each watcher's receipt, and every
 event missed or delivered twice. On a single server it runs there, and says so.
+
+In raftsql mode (--datastore raftsql --members N) kite's members are started
+with etcd's clustering flags (--initial-cluster ... --initial-cluster-state
+new), the reference etcd's likewise, both with etcd's default heartbeat
+(100 ms) and election timeout (1 s); connection i talks to member i mod N.
+The RSS columns are the sum over the members; a further table shows each
+member's and the largest. The failover workload (not in the defaults) kills
+the leader (found through Maintenance Status) with SIGKILL --failovers
+times per cluster, and reports for each kill the time until a write through
+a surviving member succeeded, the time until the survivors agreed on a new
+leader, and the time the restarted member took to serve again and catch up
+with the revision of a write made after its restart began. Its latency
+columns are the write times.
 
 How kine is built: kine is not in kite's go.mod. "--kine-binary auto" (or
 build-kine) runs "GOBIN=DIR go install github.com/k3s-io/kine@`+kineVersion+`" with

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -28,8 +29,15 @@ type result struct {
 	Duplicates int64   `json:"duplicates"`
 	// RSSBytes is the server's resident memory after the workload, when the
 	// server is a process this run started (--compare); with several
-	// servers on one database, their sum (the database server not counted).
+	// servers on one database, or the members of a raft cluster, their sum
+	// (the database server not counted).
 	RSSBytes int64 `json:"rss_bytes,omitempty"`
+	// RSSNodesBytes is, with several servers or members, each one's
+	// resident memory (in the order of their names, kite-0, kite-1, ...),
+	// and RSSMaxBytes the largest: a raft member holds the whole store, so
+	// the largest member is what one machine of the cluster must hold.
+	RSSNodesBytes []int64 `json:"rss_nodes_bytes,omitempty"`
+	RSSMaxBytes   int64   `json:"rss_max_bytes,omitempty"`
 	// FirstError is the first failed operation's error, when errors > 0.
 	FirstError string `json:"first_error,omitempty"`
 	// NotServed: a partial reference (kine) did not serve the workload;
@@ -38,6 +46,24 @@ type result struct {
 	// Note qualifies the row ("unsupported by kine: ...", or a watch-remote
 	// on one server, where writer and watchers share it).
 	Note string `json:"note,omitempty"`
+	// Failover is the failover workload's per-round measurements; its
+	// latency columns are the times from the kill until a write succeeded.
+	Failover *failoverStats `json:"failover,omitempty"`
+}
+
+// setRSS records the resident memory of a target's servers: their sum,
+// and with more than one, each and the largest.
+func (r *result) setRSS(nodes []int64) {
+	r.RSSBytes, r.RSSNodesBytes, r.RSSMaxBytes = 0, nil, 0
+	for _, n := range nodes {
+		r.RSSBytes += n
+		r.RSSMaxBytes = max(r.RSSMaxBytes, n)
+	}
+	if len(nodes) > 1 {
+		r.RSSNodesBytes = nodes
+	} else {
+		r.RSSMaxBytes = 0 // the same as RSSBytes
+	}
 }
 
 func newResult(target string, s spec, ops int64, elapsed time.Duration, h *histogram, errs int64) result {
@@ -173,4 +199,62 @@ func mib(b int64) string {
 		return "-"
 	}
 	return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64)
+}
+
+// hasNodeRSS reports whether any result has per-server memory.
+func hasNodeRSS(results []result) bool {
+	for _, r := range results {
+		if len(r.RSSNodesBytes) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// writeNodeRSS prints, per workload, the resident memory of each server of
+// den and of num (raft members, or servers sharing a database) and the
+// ratio of their largest: the main tables show the sum, which hides
+// whether one member (the leader, say) holds far more than the others.
+func writeNodeRSS(w io.Writer, results []result, num, den string) error {
+	byKey := make(map[[2]string]result, len(results))
+	var order []string
+	for _, r := range results {
+		if _, seen := byKey[[2]string{den, r.Workload}]; !seen && r.Target == den {
+			order = append(order, r.Workload)
+		}
+		byKey[[2]string{r.Target, r.Workload}] = r
+	}
+	fmt.Fprintln(w, "resident memory per server, MiB (in the order "+den+"-0, "+den+"-1, ...)")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "workload\t%[1]s per server\t%[1]s max\t%[2]s per server\t%[2]s max\tmax %[2]s/%[1]s\t\n", den, num)
+	for _, wl := range order {
+		d, n := byKey[[2]string{den, wl}], byKey[[2]string{num, wl}]
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", wl,
+			nodeList(d), mib(maxRSS(d)), nodeList(n), mib(maxRSS(n)),
+			ratio(float64(maxRSS(n)), float64(maxRSS(d))))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write memory per server: %w", err)
+	}
+	return nil
+}
+
+// maxRSS is the resident memory of a row's largest server.
+func maxRSS(r result) int64 {
+	if len(r.RSSNodesBytes) == 0 {
+		return r.RSSBytes
+	}
+	return r.RSSMaxBytes
+}
+
+// nodeList is "41.2 / 40.9 / 43.0", or the one server's memory.
+func nodeList(r result) string {
+	if len(r.RSSNodesBytes) == 0 {
+		return mib(r.RSSBytes)
+	}
+	parts := make([]string, len(r.RSSNodesBytes))
+	for i, b := range r.RSSNodesBytes {
+		parts[i] = mib(b)
+	}
+	return strings.Join(parts, " / ")
 }

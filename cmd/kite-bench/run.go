@@ -95,7 +95,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger, stdout io.Writer) e
 // up side by side, alternating per workload, so a noisy neighbour on the
 // shared machine hurts every column alike.
 func runCompare(ctx context.Context, cfg *config, log *slog.Logger, runID string, stdout io.Writer, emit func(result) error) (err error) {
-	etcdK, err := etcdKind("etcd")
+	etcdK, err := etcdKind("etcd", cfg)
 	if err != nil {
 		return err
 	}
@@ -164,6 +164,14 @@ func runCompare(ctx context.Context, cfg *config, log *slog.Logger, runID string
 	}
 	fmt.Fprintln(stdout)
 	errs = append(errs, writeRatios(stdout, results, kiteK.name, etcdK.name))
+	if hasNodeRSS(results) {
+		fmt.Fprintln(stdout)
+		errs = append(errs, writeNodeRSS(stdout, results, kiteK.name, etcdK.name))
+	}
+	if hasFailover(results) {
+		fmt.Fprintln(stdout)
+		errs = append(errs, writeFailover(stdout, results, kiteK.name, etcdK.name))
+	}
 	return errors.Join(errs...)
 }
 
@@ -226,8 +234,8 @@ func runWorkloads(ctx context.Context, cfg *config, log *slog.Logger, runID stri
 					} else {
 						errs = append(errs, fmt.Errorf("%s during %s: %w", t.name, s.label, err))
 					}
-				} else if rss, err := t.cl.rss(); err == nil {
-					r.RSSBytes = rss
+				} else if nodes, err := t.cl.rssNodes(); err == nil {
+					r.setRSS(nodes)
 				}
 			}
 			results = append(results, r)
@@ -285,12 +293,12 @@ func measureMemory(ctx context.Context, cfg *config, log *slog.Logger, runID str
 	case <-ctx.Done():
 		return result{}, ctx.Err()
 	}
-	rss, err := p.rss()
+	nodes, err := p.rssNodes()
 	if err != nil {
 		return result{}, err
 	}
 	r := newResult(kind.name, spec{label: label, clients: 32}, int64(cfg.memoryKeys), took, &histogram{}, 0)
-	r.RSSBytes = rss
-	log.Info("measured memory", "server", kind.name, "keys", cfg.memoryKeys, "rss_mib", mib(rss))
+	r.setRSS(nodes)
+	log.Info("measured memory", "server", kind.name, "keys", cfg.memoryKeys, "rss_mib", mib(r.RSSBytes), "max_rss_mib", mib(r.RSSMaxBytes))
 	return r, nil
 }

@@ -40,13 +40,27 @@ type serverProc struct {
 	env        []string // added to the environment
 }
 
+// member is where one server process lives: its name, data dir and client
+// URL, and for a member of a raft cluster (raftsql mode) its peer URL and
+// the cluster it bootstraps with. The etcd-server subcommand takes the
+// same fields as flags.
+type member struct {
+	name, dataDir, clientURL string
+	peerURL, initialCluster  string // raft members only
+	token                    string // raft members only; "" keeps etcd's default
+}
+
 // serverKind says how to start one kind of server on a data dir and URL.
 type serverKind struct {
 	name string
-	argv func(dataDir, clientURL string) []string
+	argv func(m member) []string
 	// servers is how many processes serve one store (postgres mode: kite
 	// and kine servers sharing one database); 0 means 1.
 	servers int
+	// members, when above 0, makes the kind a raft cluster of that many
+	// members (raftsql mode), each a process with its own data dir, client
+	// and peer port, bootstrapped together (raftsql.go).
+	members int
 	// dbEnv, when set, gives every fresh start of this kind a fresh
 	// Postgres database, whose URL each server process finds in this
 	// environment variable (so it never shows in a process listing).
@@ -57,15 +71,25 @@ type serverKind struct {
 	partial bool
 }
 
-// etcdKind re-executes this binary's hidden etcd-server subcommand.
-func etcdKind(name string) (serverKind, error) {
+// etcdKind re-executes this binary's hidden etcd-server subcommand: one
+// process, or in raftsql mode (cfg.members) a cluster of that many.
+func etcdKind(name string, cfg *config) (serverKind, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return serverKind{}, fmt.Errorf("find own executable for the reference etcd: %w", err)
 	}
-	return serverKind{name: name, argv: func(dir, u string) []string {
-		return []string{self, etcdServerCommand, "--name", name, "--data-dir", dir, "--listen", u}
-	}}, nil
+	k := serverKind{name: name, argv: func(m member) []string {
+		argv := []string{self, etcdServerCommand, "--name", m.name, "--data-dir", m.dataDir, "--listen", m.clientURL}
+		if m.initialCluster != "" {
+			argv = append(argv, "--listen-peer", m.peerURL, "--initial-cluster", m.initialCluster,
+				"--initial-cluster-token", m.token)
+		}
+		return argv
+	}}
+	if cfg.datastore == datastoreRaftSQL {
+		k.members = cfg.members
+	}
+	return k, nil
 }
 
 // kiteKind runs the kite binary with the flags issue 4 fixes. binary "etcd"
@@ -73,26 +97,40 @@ func etcdKind(name string) (serverKind, error) {
 // etcd-vs-etcd (every ratio should then be near 1). In postgres mode kite
 // reads --datastore-endpoint from KITE_DATASTORE_ENDPOINT (kite fills any
 // flag not on its command line from KITE_<FLAG>), and --kite-servers
-// servers share the database.
+// servers share the database. In raftsql mode each member is started
+// with etcd's own clustering flags (which select raftsql), as an etcd
+// member would be, and etcd's defaults for heartbeat and election timeout.
 func kiteKind(cfg *config) (serverKind, error) {
 	if cfg.kiteBinary == "etcd" {
-		return etcdKind("kite")
+		return etcdKind("kite", cfg)
 	}
 	path, err := findKite(cfg.kiteBinary)
 	if err != nil {
 		return serverKind{}, err
 	}
-	k := serverKind{name: "kite", servers: 1, argv: func(dir, u string) []string {
-		argv := []string{path, "--name", "kite-bench", "--data-dir", dir,
-			"--listen-client-urls", u, "--advertise-client-urls", u, "--log-level", "warn"}
+	k := serverKind{name: "kite", servers: 1, argv: func(m member) []string {
+		name := "kite-bench"
+		if m.initialCluster != "" {
+			name = m.name // the member's name in --initial-cluster
+		}
+		argv := []string{path, "--name", name, "--data-dir", m.dataDir,
+			"--listen-client-urls", m.clientURL, "--advertise-client-urls", m.clientURL, "--log-level", "warn"}
+		if m.initialCluster != "" {
+			argv = append(argv, "--listen-peer-urls", m.peerURL, "--initial-advertise-peer-urls", m.peerURL,
+				"--initial-cluster", m.initialCluster, "--initial-cluster-state", "new",
+				"--initial-cluster-token", m.token)
+		}
 		if cfg.profile != nil {
 			argv = append(argv, "--enable-pprof")
 		}
 		return argv
 	}}
-	if cfg.datastore == datastorePostgres {
+	switch cfg.datastore {
+	case datastorePostgres:
 		k.servers = cfg.kiteServers
 		k.dbEnv = "KITE_DATASTORE_ENDPOINT"
+	case datastoreRaftSQL:
+		k.members = cfg.members
 	}
 	return k, nil
 }
@@ -121,7 +159,8 @@ func findKite(binary string) (string, error) {
 }
 
 // cluster is the servers of one kind that share one store: one process,
-// or in postgres mode several on one database.
+// in postgres mode several on one database, in raftsql mode the members
+// of a raft cluster.
 type cluster struct {
 	kind  serverKind
 	procs []*serverProc
@@ -130,6 +169,9 @@ type cluster struct {
 // startCluster starts kind's servers, on a fresh database when kind needs
 // one (created on pg, dropped by pg.dropAll at the end of the run).
 func startCluster(ctx context.Context, cfg *config, log *slog.Logger, kind serverKind, pg *pgAdmin) (*cluster, error) {
+	if kind.members > 0 {
+		return startRaftCluster(ctx, cfg, log, kind)
+	}
 	c := &cluster{kind: kind}
 	var env []string
 	var secret string
@@ -169,18 +211,18 @@ func (c *cluster) endpoints() []string {
 	return eps
 }
 
-// rss is the resident memory of all the cluster's servers (not counting
-// the database server's).
-func (c *cluster) rss() (int64, error) {
-	var sum int64
-	for _, p := range c.procs {
+// rssNodes is the resident memory of each of the cluster's servers (the
+// database server's not counted), in the order of c.procs.
+func (c *cluster) rssNodes() ([]int64, error) {
+	nodes := make([]int64, len(c.procs))
+	for i, p := range c.procs {
 		r, err := p.rss()
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		sum += r
+		nodes[i] = r
 	}
-	return sum, nil
+	return nodes, nil
 }
 
 // exited returns an error naming every server of the cluster that is no
@@ -245,25 +287,16 @@ func (c *cluster) restartExited(ctx context.Context, cfg *config) error {
 // process's environment; secret (a password) is masked in any log tail
 // kite-bench prints.
 func startServer(ctx context.Context, cfg *config, log *slog.Logger, kind serverKind, name string, env []string, secret string) (*serverProc, error) {
-	dir, err := os.MkdirTemp(cfg.workDir, "kite-bench-"+name+"-")
-	if err != nil {
-		return nil, fmt.Errorf("create data dir for %s: %w", name, err)
-	}
 	port, err := freePort()
 	if err != nil {
-		os.RemoveAll(dir)
 		return nil, err
 	}
-	p := &serverProc{
-		name:     name,
-		endpoint: "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-		dir:      dir,
-		logPath:  filepath.Join(dir, "server.log"),
-		log:      log,
-		secret:   secret,
-		env:      env,
+	p, err := newServerProc(cfg, log, name, port)
+	if err != nil {
+		return nil, err
 	}
-	p.argv = kind.argv(filepath.Join(dir, "data"), p.endpoint)
+	p.env, p.secret = env, secret
+	p.argv = kind.argv(member{name: name, dataDir: p.dataDir(), clientURL: p.endpoint})
 	if err := p.launch(ctx, cfg.startupWait); err != nil {
 		p.stop()
 		return nil, err
@@ -271,9 +304,46 @@ func startServer(ctx context.Context, cfg *config, log *slog.Logger, kind server
 	return p, nil
 }
 
+// newServerProc makes the temporary directory of a server that will serve
+// clients on the loopback port; it starts nothing.
+func newServerProc(cfg *config, log *slog.Logger, name string, port int) (*serverProc, error) {
+	dir, err := os.MkdirTemp(cfg.workDir, "kite-bench-"+name+"-")
+	if err != nil {
+		return nil, fmt.Errorf("create data dir for %s: %w", name, err)
+	}
+	return &serverProc{
+		name:     name,
+		endpoint: "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		dir:      dir,
+		logPath:  filepath.Join(dir, "server.log"),
+		log:      log,
+		// Closed: stop on a server that never started has nothing to wait for.
+		exited: closedChan(),
+	}, nil
+}
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// dataDir is the server's data directory, inside its temporary directory
+// (beside its log).
+func (p *serverProc) dataDir() string { return filepath.Join(p.dir, "data") }
+
 // launch starts the server's process (again, after an exit) with a fresh
 // log, and waits until it answers.
 func (p *serverProc) launch(ctx context.Context, timeout time.Duration) error {
+	if err := p.start(); err != nil {
+		return err
+	}
+	return p.waitReady(ctx, timeout)
+}
+
+// start starts the server's process (again, after an exit) with a fresh
+// log; it does not wait for it to answer.
+func (p *serverProc) start() error {
 	p.exited = make(chan struct{})
 	p.waitErr, p.exitLogged = nil, false
 	logFile, err := os.Create(p.logPath)
@@ -302,7 +372,7 @@ func (p *serverProc) launch(ctx context.Context, timeout time.Duration) error {
 		close(exited)
 	}()
 	p.log.Info("started server", "server", p.name, "pid", p.cmd.Process.Pid, "endpoint", p.endpoint, "dir", p.dir)
-	return p.waitReady(ctx, timeout)
+	return nil
 }
 
 // waitReady polls Status until the server answers, the process exits, or
@@ -360,6 +430,19 @@ func readRSS(pid int) (int64, error) {
 		return 0, fmt.Errorf("read memory of pid %d: %w", pid, err)
 	}
 	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
+}
+
+// kill ends the server abruptly (SIGKILL: no shutdown code runs, as in a
+// crash or a power cut) and waits until it has exited. Its directory stays,
+// so it can be started again on the same data.
+func (p *serverProc) kill() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.exited
 }
 
 // stop asks the server to shut down (SIGTERM), kills it after 15 s, and

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,7 +38,7 @@ func Test_SmokeAgainstEmbeddedEtcd(t *testing.T) {
 	endpoint := "http://127.0.0.1:" + strconv.Itoa(port)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	e, err := startEmbedded(ctx, "smoke", filepath.Join(t.TempDir(), "etcd"), endpoint)
+	e, err := startEmbedded(ctx, member{name: "smoke", dataDir: filepath.Join(t.TempDir(), "etcd"), clientURL: endpoint})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,18 +138,7 @@ func Test_SmokeComparePostgres(t *testing.T) {
 		}
 		t.Skip(msg)
 	}
-	kite := os.Getenv("KITE_BENCH_KITE_BINARY")
-	if kite == "" {
-		goCmd, err := goCommand()
-		if err != nil {
-			t.Fatal(err)
-		}
-		kite = filepath.Join(t.TempDir(), "kite")
-		build := exec.CommandContext(ctx, goCmd, "build", "-o", kite, "github.com/kite-db/kite/cmd/kite")
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("go build kite: %v\n%s", err, out)
-		}
-	}
+	kite := buildKite(t, ctx)
 	results := runSmoke(t, "--smoke", "--compare", "--datastore", "postgres", "--postgres-admin", admin,
 		"--kite-binary", kite, "--kite-servers", "2", "--workloads", defaultWorkloads+",watch-remote",
 		"--memory-keys", "300", "--work-dir", t.TempDir())
@@ -181,6 +171,89 @@ func Test_SmokeComparePostgres(t *testing.T) {
 		if !before[name] {
 			t.Errorf("database %s left behind", name)
 		}
+	}
+}
+
+// buildKite returns $KITE_BENCH_KITE_BINARY, or else a kite built from
+// this module.
+func buildKite(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	if kite := os.Getenv("KITE_BENCH_KITE_BINARY"); kite != "" {
+		return kite
+	}
+	goCmd, err := goCommand()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kite := filepath.Join(t.TempDir(), "kite")
+	build := exec.CommandContext(ctx, goCmd, "build", "-o", kite, "github.com/kite-db/kite/cmd/kite")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build kite: %v\n%s", err, out)
+	}
+	return kite
+}
+
+// Test_SmokeCompareRaftSQL runs --compare in raftsql mode: a kite raft
+// cluster of 3 members against a reference etcd cluster of 3, every
+// default workload, the cross-member watch and failover (2 leader kills
+// per cluster), tiny. It starts 12 server processes and kills 4, which
+// takes half a minute, so it is not part of -short. It builds kite (or
+// uses $KITE_BENCH_KITE_BINARY).
+func Test_SmokeCompareRaftSQL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two raft clusters of three processes and kills their leaders")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	kite := buildKite(t, ctx)
+	results := runSmoke(t, "--smoke", "--compare", "--datastore", "raftsql", "--members", "3",
+		"--kite-binary", kite, "--workloads", defaultWorkloads+",watch-remote,failover",
+		"--memory-keys", "300", "--work-dir", t.TempDir())
+	checkEveryWorkload(t, results, []string{"etcd", "kite"})
+	for _, target := range []string{"etcd", "kite"} {
+		r, ok := results[target+"/memory-300"]
+		if !ok || r.Ops != 300 || len(r.RSSNodesBytes) != 3 || r.RSSMaxBytes <= 0 || r.RSSBytes < 3*r.RSSMaxBytes/2 {
+			t.Errorf("%s memory result = %+v, want 300 keys and the resident size of each of 3 members", target, r)
+		}
+		if r := results[target+"/watch-remote"]; r.Ops <= 0 || r.Errors != 0 || r.Missed != 0 || r.Duplicates != 0 || r.Note != "" {
+			t.Errorf("%s/watch-remote = %+v, want ops > 0, nothing lost and the watchers on other members", target, r)
+		}
+		r, ok = results[target+"/failover"]
+		f := r.Failover
+		if !ok || f == nil || r.Ops != 2 || len(f.WriteMs) != 2 || len(f.LeaderMs) != 2 || len(f.RejoinMs) != 2 || len(f.Killed) != 2 {
+			t.Errorf("%s/failover = %+v (failover %+v), want 2 rounds", target, r, f)
+			continue
+		}
+		for i := range 2 {
+			// A new leader needs at least one election timeout (1 s) of
+			// silence from the old one to be elected.
+			if f.WriteMs[i] < 500 || f.LeaderMs[i] < 500 || f.RejoinMs[i] <= 0 || !strings.HasPrefix(f.Killed[i], target+"-") {
+				t.Errorf("%s/failover round %d: killed %s, write %v ms, leader %v ms, rejoin %v ms; want a member of %s killed and each time above the election timeout's half",
+					target, i+1, f.Killed[i], f.WriteMs[i], f.LeaderMs[i], f.RejoinMs[i], target)
+			}
+		}
+	}
+}
+
+// Test_FailoverRefused: failover kills a raft leader, so it is refused
+// where there is none to kill or no quorum would survive it.
+func Test_FailoverRefused(t *testing.T) {
+	for _, args := range [][]string{
+		{"--compare", "--workloads", "failover"},
+		{"--compare", "--datastore", "postgres", "--workloads", "put,failover"},
+		{"--compare", "--datastore", "raftsql", "--workloads", "failover"},
+		{"--compare", "--datastore", "raftsql", "--members", "2", "--workloads", "failover"},
+		{"--endpoints", "http://127.0.0.1:2379", "--workloads", "failover"},
+	} {
+		var stderr bytes.Buffer
+		if code := runMain(args, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "--members 3 or more") {
+			t.Errorf("kite-bench %s: exit code %d, stderr %q; want 2 and a message asking for --members 3 or more",
+				strings.Join(args, " "), code, stderr.String())
+		}
+	}
+	var stderr bytes.Buffer
+	if code := runMain([]string{"--compare", "--members", "3"}, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "--datastore raftsql") {
+		t.Errorf("--members without raftsql: exit code %d, stderr %q; want 2 and a message naming --datastore raftsql", code, stderr.String())
 	}
 }
 

@@ -51,11 +51,12 @@ func workloadDefs() map[string]workloadDef {
 		"watch":            {fromFlag, runWatch, false},
 		"watch-remote":     {fromFlag, runWatchRemote, false},
 		"mixed":            {fromFlag, runMixed, true},
+		"failover":         {single, runFailover, false},
 	}
 }
 
 func workloadNames() []string {
-	names := make([]string, 0, 10)
+	names := make([]string, 0, 11)
 	for n := range workloadDefs() {
 		names = append(names, n)
 	}
