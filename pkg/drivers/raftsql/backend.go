@@ -172,6 +172,13 @@ func (n *Node) Snapshot(ctx context.Context) (io.ReadCloser, int64, error) {
 	return b.Snapshot(ctx)
 }
 
+// syncDB makes every commit so far durable.
+func (n *Node) syncDB() error {
+	b := n.db.acquire()
+	defer n.db.release()
+	return b.Sync()
+}
+
 // appliedIndex reads the index the database last recorded.
 func (n *Node) appliedIndex(ctx context.Context) (uint64, error) {
 	b := n.db.acquire()

@@ -15,9 +15,10 @@ import (
 
 // run is the Ready loop: the one goroutine that talks to raft. For each
 // Ready it makes the new entries durable in the WAL, sends the messages,
-// applies the committed entries to the database and only then advances:
-// an entry is acknowledged to its client after this node applied it, and
-// a restart replays the WAL from the database's applied index.
+// hands the committed entries to the apply loop and advances, so the next
+// entries are written while these are applied (as etcd pipelines them). An
+// entry is acknowledged to its client after this node applied it, and a
+// restart replays the WAL from the database's applied index.
 func (n *Node) run() {
 	ticker := time.NewTicker(n.cfg.Heartbeat)
 	defer ticker.Stop()
@@ -52,22 +53,103 @@ func (n *Node) run() {
 			for _, rs := range rd.ReadStates {
 				n.reads.deliver(rs)
 			}
+			// A leader may send its entries before it has written them
+			// itself (raft's thesis, 10.2.1; etcd does): the fsyncs of
+			// leader and followers overlap. A follower's answers must wait
+			// for its own write.
+			if isLeader {
+				n.send(rd.Messages)
+			}
+			if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
+				// The received database replaces what the entries before
+				// it were applied to: let those finish first.
+				if !n.waitApplyJob(applyJob{}) {
+					return
+				}
+			}
 			if err := n.persist(rd); err != nil {
 				n.fail(err)
 				return
 			}
-			n.send(rd.Messages)
-			if err := n.apply(rd.CommittedEntries); err != nil {
-				if errors.Is(err, mvcc.ErrClosed) {
-					return // the Store is closing: Close follows
-				}
-				n.fail(err)
-				return
+			if !isLeader {
+				n.send(rd.Messages)
 			}
-			n.maybeSnapshot()
+			if len(rd.CommittedEntries) > 0 {
+				job := applyJob{ents: rd.CommittedEntries}
+				if hasConfChange(job.ents) {
+					// Raft must know the new configuration before the next
+					// Ready, as etcd waits for it.
+					if !n.waitApplyJob(job) {
+						return
+					}
+				} else {
+					select {
+					case n.applyc <- job:
+					case <-n.ctx.Done():
+						return
+					}
+				}
+			}
 			n.node.Advance()
 		}
 	}
+}
+
+// applyJob is committed entries for the apply loop; done, if set, is
+// closed once they are applied.
+type applyJob struct {
+	ents []*raftpb.Entry
+	done chan struct{}
+}
+
+// waitApplyJob queues job and waits until it and everything queued before
+// it are applied. It reports false if the node stopped meanwhile.
+func (n *Node) waitApplyJob(job applyJob) bool {
+	job.done = make(chan struct{})
+	select {
+	case n.applyc <- job:
+	case <-n.ctx.Done():
+		return false
+	}
+	select {
+	case <-job.done:
+		return true
+	case <-n.ctx.Done():
+		return false
+	}
+}
+
+// applyLoop applies committed entries in order, one Ready's worth in one
+// database transaction, and takes snapshots as the applied index grows.
+func (n *Node) applyLoop() {
+	for {
+		var job applyJob
+		select {
+		case <-n.ctx.Done():
+			return
+		case job = <-n.applyc:
+		}
+		if err := n.apply(job.ents); err != nil {
+			if errors.Is(err, mvcc.ErrClosed) {
+				return // the Store is closing: Close follows
+			}
+			n.fail(err)
+			return
+		}
+		n.maybeSnapshot()
+		if job.done != nil {
+			close(job.done)
+		}
+	}
+}
+
+func hasConfChange(ents []*raftpb.Entry) bool {
+	for _, e := range ents {
+		if e.GetType() != raftpb.EntryType_EntryNormal {
+			return true
+		}
+	}
+	return false
 }
 
 // persist writes a Ready's snapshot, hard state and entries to the WAL and

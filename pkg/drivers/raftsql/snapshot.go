@@ -29,6 +29,12 @@ func (n *Node) maybeSnapshot() {
 	if applied-n.snapIndex <= n.cfg.SnapshotCount {
 		return
 	}
+	// The database's commits are not synced one by one: make them durable
+	// before the WAL entries they applied can go.
+	if err := n.syncDB(); err != nil {
+		n.log.Warn("sync database before a snapshot", "err", err)
+		return
+	}
 	data, _ := json.Marshal(n.members)
 	snapshot, err := n.storage.CreateSnapshot(applied, n.confState, data)
 	if err != nil {

@@ -40,6 +40,12 @@ type Options struct {
 	// CacheSizeKiB is the page cache of each connection (SQLite's 2000 KiB
 	// when 0).
 	CacheSizeKiB int
+	// NoCommitSync leaves commits unsynced (synchronous=NORMAL): a crash of
+	// the process loses nothing, a crash of the machine may lose the last
+	// commits. For a caller that keeps its own durable log of the writes
+	// (raftsql's WAL, replayed from the applied index) and calls Sync
+	// before it drops any of that log.
+	NoCommitSync bool
 }
 
 func (o Options) withDefaults() Options {
@@ -152,8 +158,12 @@ func (b *Backend) openWriter(ctx context.Context, opts Options) error {
 	// Checkpoints run on a connection of their own (checkpoint.go), off the
 	// commit path; wal_autocheckpoint stays on as a bound on the WAL should
 	// that connection fall behind.
+	sync := "synchronous(FULL)"
+	if opts.NoCommitSync {
+		sync = "synchronous(NORMAL)"
+	}
 	b.wdb, err = sql.Open("sqlite", dsn(b.path, opts,
-		"journal_mode(WAL)", "synchronous(FULL)", "journal_size_limit(67108864)",
+		"journal_mode(WAL)", sync, "journal_size_limit(67108864)",
 		fmt.Sprintf("wal_autocheckpoint(%d)", fallbackCheckpointPages),
 		fmt.Sprintf("mmap_size(%d)", mmapBytes)))
 	if err != nil {
@@ -418,4 +428,26 @@ func (b *Backend) AppliedIndex(ctx context.Context) (uint64, error) {
 		return 0, r.fail("read applied index", err)
 	}
 	return uint64(idx), nil
+}
+
+// Sync makes every commit so far durable, for a Backend opened with
+// NoCommitSync: committed transactions are in the -wal file (or, once
+// checkpointed, in the database file, which a checkpoint syncs before it
+// lets the WAL be reused), so syncing both files is enough.
+func (b *Backend) Sync() error {
+	for _, p := range []string{b.path + "-wal", b.path} {
+		f, err := os.Open(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("sync %s: %w", p, err)
+		}
+		err = f.Sync()
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("sync %s: %w", p, err)
+		}
+	}
+	return nil
 }
