@@ -6,10 +6,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -30,8 +33,11 @@ import (
 // etcd instead (upstream's testserver.RunEtcd), which proves the suite itself.
 //
 // KITE_K8S_DATASTORE chooses kite's storage: sqlite (default, kite.db in the
-// server's data dir) or postgres (every kite gets a fresh database of its own
-// on the Postgres server of KITE_TEST_POSTGRES; see postgres_test.go).
+// server's data dir), postgres (every kite gets a fresh database of its own
+// on the Postgres server of KITE_TEST_POSTGRES; see postgres_test.go) or
+// raftsql (every kite is one member of a fresh 3-member raft cluster, the
+// two others started alongside it; the suite talks to that one member; see
+// raftsql_test.go).
 var (
 	backend   = envOr("KITE_K8S_BACKEND", "kite")
 	datastore = envOr("KITE_K8S_DATASTORE", "sqlite")
@@ -52,9 +58,9 @@ func TestMain(m *testing.M) {
 
 func runMain(m *testing.M) int {
 	switch datastore {
-	case "sqlite", "postgres":
+	case "sqlite", "postgres", "raftsql":
 	default:
-		fmt.Fprintf(os.Stderr, "KITE_K8S_DATASTORE=%q: want sqlite or postgres\n", datastore)
+		fmt.Fprintf(os.Stderr, "KITE_K8S_DATASTORE=%q: want sqlite, postgres or raftsql\n", datastore)
 		return 2
 	}
 	switch backend {
@@ -75,6 +81,9 @@ func runMain(m *testing.M) int {
 		fmt.Printf("k8s storage suite: backend = kite (%s) %s\n", datastore, bin)
 		if datastore == "postgres" {
 			fmt.Println("k8s storage suite: a fresh Postgres database per kite on", adminWhere(adminDSN()))
+		}
+		if datastore == "raftsql" {
+			fmt.Println("k8s storage suite: every kite one member of a fresh 3-member raft cluster; the tests talk to that member")
 		}
 	default:
 		fmt.Fprintf(os.Stderr, "KITE_K8S_BACKEND=%q: want kite or etcd\n", backend)
@@ -143,11 +152,14 @@ type kiteServer struct {
 	endpoint string // client URL
 	dataDir  string // --data-dir
 	dsn      string // --datastore-endpoint; "" in sqlite mode
+	// raft are the two other members of its cluster in raftsql mode.
+	raft []*raftMember
 }
 
 // startKite starts kite on a free loopback port and waits until it answers
-// Status; the process is stopped when t ends (and in postgres mode its
-// database dropped after that).
+// Status and a linearizable Get; the process is stopped when t ends (and in
+// postgres mode its database dropped after that, in raftsql mode the two
+// other members of its cluster killed after that).
 func startKite(t testing.TB, opts serverOptions) kiteServer {
 	t.Helper()
 	portLock.Lock()
@@ -191,6 +203,14 @@ func tryStartKite(t testing.TB, opts serverOptions) (kiteServer, error) {
 	if opts.progressNotifyInterval != 0 {
 		args = append(args, "--watch-progress-notify-interval", opts.progressNotifyInterval.String())
 	}
+	var cluster *raftCluster // nil but in raftsql mode
+	if datastore == "raftsql" {
+		if cluster, err = startRaftPeers(t, "kite-k8s"); err != nil {
+			return k, err
+		}
+		k.raft = cluster.peers
+		args = append(args, cluster.flags...)
+	}
 	var logs bytes.Buffer
 	var logsMu sync.Mutex
 	cmd := exec.Command(kiteBin, args...)
@@ -199,6 +219,7 @@ func tryStartKite(t testing.TB, opts serverOptions) (kiteServer, error) {
 	// kite must not outlive a test process that dies without cleanup.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
+		cluster.stop()
 		return k, err
 	}
 	var waitErr error
@@ -215,17 +236,22 @@ func tryStartKite(t testing.TB, opts serverOptions) (kiteServer, error) {
 	}
 	if err := waitReady(endpoint, exited, &waitErr); err != nil {
 		stop()
+		cluster.stop()
 		logsMu.Lock()
 		defer logsMu.Unlock()
-		return k, fmt.Errorf("%w; kite output:\n%s", err, logs.String())
+		return k, fmt.Errorf("%w; kite output:\n%s%s", err, logs.String(), cluster.logs())
 	}
 	t.Cleanup(func() {
 		stop()
+		cluster.stop()
 		if t.Failed() {
 			logsMu.Lock()
 			defer logsMu.Unlock()
 			if logs.Len() > 0 {
 				t.Logf("kite output:\n%s", logs.String())
+			}
+			if l := cluster.logs(); l != "" {
+				t.Log(l)
 			}
 		}
 	})
@@ -239,16 +265,38 @@ func tryStartKite(t testing.TB, opts serverOptions) (kiteServer, error) {
 	return k, nil
 }
 
+// freePort returns a loopback port that was free a moment ago, picked
+// below the kernel's ephemeral range (as the main module's test/harness.go
+// does): a port from bind(:0) lies inside that range, where one of the many
+// outgoing connections of the tests and of raft's peer transport can take
+// it before the server that was to listen on it binds it.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	if low <= 21000 {
+		low = 32768 // an unusual range: fall back to the default's floor
+	}
+	for range 1000 {
+		port := 20000 + rand.IntN(low-20000)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port, nil
+	}
+	return 0, fmt.Errorf("free port: none free in 20000-%d", low-1)
 }
 
-// waitReady polls Maintenance.Status until kite answers, it exits, or 30 s pass.
+// waitReady polls Maintenance.Status and a linearizable Get (in raftsql
+// mode: the cluster has a leader and the member has caught up) until kite
+// answers, it exits, or 30 s pass.
 func waitReady(endpoint string, exited <-chan struct{}, waitErr *error) error {
 	deadline := time.Now().Add(30 * time.Second)
 	client, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: time.Second})
@@ -259,6 +307,9 @@ func waitReady(endpoint string, exited <-chan struct{}, waitErr *error) error {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, err := client.Status(ctx, endpoint)
+		if err == nil {
+			_, err = client.Get(ctx, "/kite-k8s/readiness")
+		}
 		cancel()
 		if err == nil {
 			return nil

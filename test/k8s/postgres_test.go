@@ -111,7 +111,8 @@ func withDatabase(admin, name string) (string, error) {
 
 // TestStorageUnderTest proves the suite runs on the storage it claims
 // (KITE_K8S_DATASTORE): a key put through kite lands in that storage, and
-// in postgres mode nowhere else.
+// in postgres mode nowhere else (in raftsql mode: in the databases of all
+// three members; see checkRaftStorage).
 func TestStorageUnderTest(t *testing.T) {
 	if backend != "kite" {
 		t.Skipf("KITE_K8S_BACKEND=%s: no kite storage to look at", backend)
@@ -166,5 +167,7 @@ func TestStorageUnderTest(t *testing.T) {
 			t.Errorf("kite_live has value %q at revision %d, want %q at %d", value, modRev, "here", resp.Header.Revision)
 		}
 		t.Logf("key at revision %d found in kite_live of its database; kite_revision.current_rev = %d", modRev, rev)
+	case "raftsql":
+		checkRaftStorage(t, ctx, k, client, resp)
 	}
 }
