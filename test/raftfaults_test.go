@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -84,6 +85,18 @@ func TestRaftSQLPartitionedLeader(t *testing.T) {
 	}
 	if resp, err := old.Client.Get(ctx, "part/before", clientv3.WithSerializable()); err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("serializable get through the partitioned member: %v %v", resp, err)
+	}
+	// Cut off, it knows no leader: etcd's /health says so.
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		code, body := httpGet(t, old.Endpoint+"/health")
+		if code == http.StatusServiceUnavailable && strings.Contains(body, "RAFT NO LEADER") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/health of the partitioned member: %d %s; want 503 RAFT NO LEADER", code, body)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 
 	old.fault(t, "heal")
@@ -269,4 +282,41 @@ func TestRaftSQLMoveLeader(t *testing.T) {
 		t.Fatalf("leader after MoveLeader is %s; want %s", got.name, target.name)
 	}
 	putEventually(t, follower, "ml/after", "1", 10*time.Second)
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestRaftSQLMemberListWithMemberDown: a member that is down is still
+// listed with its client URLs, as etcd lists it, so endpoint status
+// --cluster reports it as unreachable instead of leaving it out.
+func TestRaftSQLMemberListWithMemberDown(t *testing.T) {
+	c := startCluster(t, 3)
+	ctx := testCtx(t, time.Minute)
+	// Every member has been listed once: the URLs are known.
+	if _, err := c.members[0].Client.MemberList(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.members[2].Kill()
+	resp, err := c.members[0].Client.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range resp.Members {
+		if m.Name == c.members[2].name {
+			if len(m.ClientURLs) != 1 || m.ClientURLs[0] != c.members[2].Endpoint {
+				t.Fatalf("down member %s listed with client URLs %v; want [%s]", m.Name, m.ClientURLs, c.members[2].Endpoint)
+			}
+			return
+		}
+	}
+	t.Fatalf("down member %s not listed: %v", c.members[2].name, resp.Members)
 }

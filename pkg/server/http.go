@@ -31,8 +31,8 @@ type healthResult struct {
 // /metrics (prometheus), and with enablePprof net/http/pprof under
 // /debug/pprof/ as etcd --enable-pprof does. etcd's JSON gRPC gateway
 // (/v3/...) is not served.
-func newHTTPHandler(log *slog.Logger, store *mvcc.Store, reg *prometheus.Registry, enablePprof bool) http.Handler {
-	h := &httpHandlers{log: log, store: store}
+func newHTTPHandler(log *slog.Logger, store *mvcc.Store, hdr *header, reg *prometheus.Registry, enablePprof bool) http.Handler {
+	h := &httpHandlers{log: log, store: store, hdr: hdr}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/health", h.health)
 	mux.HandleFunc("/livez", h.livez)
@@ -52,13 +52,19 @@ func newHTTPHandler(log *slog.Logger, store *mvcc.Store, reg *prometheus.Registr
 type httpHandlers struct {
 	log   *slog.Logger
 	store *mvcc.Store
+	hdr   *header
 }
 
-// check is etcd's health check: any active alarm (except those named in
-// ?exclude=) makes the member unhealthy, then a read must succeed.
+// check is etcd's health check: a member that knows no leader is
+// unhealthy, so is one with an active alarm (except those named in
+// ?exclude=), then a read must succeed: linearizable, as etcd's, unless
+// ?serializable=true.
 func (h *httpHandlers) check(r *http.Request) healthResult {
 	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
 	defer cancel()
+	if h.hdr.status().Leader == 0 {
+		return healthResult{Health: "false", Reason: "RAFT NO LEADER"}
+	}
 	excluded := map[string]bool{}
 	for _, a := range r.URL.Query()["exclude"] {
 		excluded[a] = true
@@ -80,15 +86,15 @@ func (h *httpHandlers) check(r *http.Request) healthResult {
 			return healthResult{Health: "false", Reason: "ALARM UNKNOWN"}
 		}
 	}
-	if err := h.read(ctx); err != nil {
+	if err := h.read(ctx, r.URL.Query().Get("serializable") == "true"); err != nil {
 		return healthResult{Health: "false", Reason: fmt.Sprintf("QGET ERROR:%v", err)}
 	}
 	return healthResult{Health: "true"}
 }
 
 // read is the probe etcd uses: a range of the key "health".
-func (h *httpHandlers) read(ctx context.Context) error {
-	_, err := h.store.Range(ctx, &pb.RangeRequest{Key: []byte("health"), Serializable: true})
+func (h *httpHandlers) read(ctx context.Context, serializable bool) error {
+	_, err := h.store.Range(ctx, &pb.RangeRequest{Key: []byte("health"), Serializable: serializable})
 	return err
 }
 
@@ -120,7 +126,7 @@ func (h *httpHandlers) livez(w http.ResponseWriter, r *http.Request) {
 func (h *httpHandlers) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
 	defer cancel()
-	writeProbe(w, r, map[string]error{"serializable_read": h.read(ctx)})
+	writeProbe(w, r, map[string]error{"serializable_read": h.read(ctx, true)})
 }
 
 // writeProbe writes a kube-style probe answer: "ok", or with ?verbose one

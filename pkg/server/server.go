@@ -197,7 +197,7 @@ func (s *Server) buildServers() {
 		auth:   &authServer{hdr: hdr},
 		health: s.health,
 	})
-	endpoints := newHTTPHandler(s.log.With("component", "http"), s.store, reg, cfg.EnablePprof)
+	endpoints := newHTTPHandler(s.log.With("component", "http"), s.store, hdr, reg, cfg.EnablePprof)
 	s.http = &http.Server{
 		Handler:           endpoints,
 		ReadHeaderTimeout: 5 * time.Minute,

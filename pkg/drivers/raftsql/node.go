@@ -163,6 +163,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		n.confState = &raftpb.ConfState{}
 	}
 	n.id, n.clusterID, n.members = meta.MemberID, meta.ClusterID, meta.Members
+	n.loadClientURLs()
 	n.ids = newIDGenerator(n.id, time.Now())
 	n.waits = newWaitList()
 	n.reads = newReadBarrier(n)

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -236,8 +238,38 @@ func (n *Node) clientURLs(id uint64) []string {
 		n.clients = map[uint64][]string{}
 	}
 	n.clients[id] = got.ClientURLs
+	saved, _ := json.Marshal(n.clients)
 	n.clientMu.Unlock()
+	// Kept on disk, so a member that is down later is still listed with
+	// its client URLs (endpoint status --cluster reports it as down).
+	if err := writeFileAtomic(n.clientsPath(), saved); err != nil {
+		n.log.Warn("save members' client URLs", "err", err)
+	}
 	return got.ClientURLs
+}
+
+func (n *Node) clientsPath() string {
+	return filepath.Join(n.cfg.DataDir, "member", "client_urls.json")
+}
+
+// loadClientURLs reads the client URLs learnt before a restart.
+func (n *Node) loadClientURLs() {
+	b, err := os.ReadFile(n.clientsPath())
+	if err != nil {
+		return
+	}
+	var m map[uint64][]string
+	if json.Unmarshal(b, &m) == nil {
+		n.clients = m
+	}
+}
+
+func writeFileAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 func mustMarshal(m proto.Message) []byte {
