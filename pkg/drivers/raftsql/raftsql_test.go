@@ -1,0 +1,110 @@
+package raftsql
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"go.etcd.io/etcd/client/pkg/v3/types"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/membership"
+	"go.uber.org/zap"
+
+	"github.com/kite-db/kite/pkg/mvcc"
+	"github.com/kite-db/kite/pkg/mvcc/backendtest"
+)
+
+// oneMember is the bootstrap of a single-member cluster in dir.
+func oneMember(dir string) Config {
+	return Config{Name: "m", DataDir: dir, ListenPeer: []string{"http://127.0.0.1:0"},
+		InitialCluster: map[string][]string{"m": {"http://127.0.0.1:2380"}}}
+}
+
+// TestConformance: a member's storage is the shared driver suite's Backend
+// (the local SQLite behind the holder a received snapshot swaps), before
+// and after a restart from its WAL.
+func TestConformance(t *testing.T) {
+	open := func(t *testing.T) mvcc.Backend {
+		n, err := Open(context.Background(), oneMember(t.TempDir()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		return n
+	}
+	reopen := func(t *testing.T, b mvcc.Backend) mvcc.Backend {
+		dir := b.(*Node).cfg.DataDir
+		if err := b.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		n, err := Open(context.Background(), oneMember(dir))
+		if err != nil {
+			t.Fatalf("reopen: %v", err)
+		}
+		t.Cleanup(func() { n.Close() })
+		return n
+	}
+	backendtest.Run(t, open, backendtest.WithReopen(reopen))
+}
+
+// TestIDsAreEtcds: member and cluster IDs are computed as etcd computes
+// them from the same --initial-cluster and token, so tools that know a
+// cluster's IDs see the same ones.
+func TestIDsAreEtcds(t *testing.T) {
+	initial := "a=http://127.0.0.1:2380,b=http://127.0.0.1:12380,c=http://127.0.0.1:22380,c=http://10.0.0.3:2380"
+	cluster, err := ParseInitialCluster(initial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Name: "a", InitialCluster: cluster, Token: "tok"}
+	urlsmap, err := types.NewURLsMap(initial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := membership.NewClusterFromURLsMap(zap.NewNop(), "tok", urlsmap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []uint64
+	for _, m := range cfg.initialMembers() {
+		em := ref.MemberByName(m.Name)
+		if em == nil || uint64(em.ID) != m.ID {
+			t.Errorf("member %s: ID %x; etcd's %v", m.Name, m.ID, em)
+		}
+		ids = append(ids, m.ID)
+	}
+	if got, want := clusterID(ids), uint64(ref.ID()); got != want {
+		t.Errorf("cluster ID %x; etcd's %x", got, want)
+	}
+}
+
+// TestBootstrapRefused: etcd's checks of a new member's bootstrap.
+func TestBootstrapRefused(t *testing.T) {
+	base := func() Config {
+		c := Config{Name: "a", InitialCluster: map[string][]string{
+			"a": {"http://127.0.0.1:2380"}, "b": {"http://127.0.0.1:12380"}}}
+		c.setDefaults()
+		return c
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*Config)
+		want   string
+	}{
+		{"name not in cluster", func(c *Config) { c.Name = "x" }, `couldn't find local name "x"`},
+		{"advertise differs", func(c *Config) { c.AdvertisePeer = []string{"http://127.0.0.1:9"} }, "missing from --initial-advertise-peer-urls"},
+		{"duplicate URL", func(c *Config) { c.InitialCluster["b"] = []string{"http://127.0.0.1:2380"} }, "duplicate url"},
+		{"bad URL", func(c *Config) { c.InitialCluster["b"] = []string{"127.0.0.1:12380"} }, "invalid peer URL"},
+		{"bad state", func(c *Config) { c.ClusterState = "old" }, "--initial-cluster-state"},
+		{"short election", func(c *Config) { c.Election = 2 * c.Heartbeat }, "at least 5 times"},
+	} {
+		c := base()
+		tc.change(&c)
+		err := CheckBootstrap(t.TempDir(), c)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v; want an error with %q", tc.name, err, tc.want)
+		}
+	}
+	if err := CheckBootstrap(t.TempDir(), base()); err != nil {
+		t.Errorf("a good bootstrap refused: %v", err)
+	}
+}
