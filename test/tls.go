@@ -128,7 +128,10 @@ func startKiteTLS(t *testing.T, setup tlsSetup) (string, error) {
 			return "", fmt.Errorf("kite exited: %s", log.tail(2048))
 		default:
 		}
-		if strings.Contains(log.tail(1<<20), "serving client traffic securely") {
+		// A raftsql member answers /health once its cluster has a leader,
+		// as etcd's does.
+		if l := log.tail(1 << 20); strings.Contains(l, "serving client traffic securely") &&
+			(datastore != "raftsql" || strings.Contains(l, "elected leader")) {
 			return addr, nil
 		}
 		time.Sleep(100 * time.Millisecond)
