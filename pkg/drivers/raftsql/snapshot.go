@@ -98,7 +98,7 @@ func (n *Node) installSnapshot(s *raftpb.Snapshot) error {
 	if applied < md.GetIndex() {
 		return fmt.Errorf("received database applied index %d is older than its snapshot %d", applied, md.GetIndex())
 	}
-	n.applied.Store(applied)
+	// Through setApplied, which wakes the reads waiting for an index.
 	n.setApplied(applied)
 	n.confState = md.GetConfState()
 	if err := n.applier.Restore(n.ctx); err != nil {
