@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -45,6 +46,10 @@ type cluster struct {
 	members []*clusterMember
 	// extra flags every member gets after the bootstrap ones.
 	extra []string
+	// scheme of the peer URLs ("http" unless the test sets up peer TLS);
+	// perMember, if set, adds flags of member i's own.
+	scheme    string
+	perMember func(i int) []string
 }
 
 // clusterMember is one member. It is a kiteProcess so that the fleet
@@ -68,10 +73,20 @@ func startCluster(t *testing.T, n int) *cluster {
 // startClusterWith is startCluster with extra flags for every member.
 func startClusterWith(t *testing.T, n int, extra ...string) *cluster {
 	t.Helper()
+	return startClusterOf(t, n, &cluster{extra: extra})
+}
+
+// startClusterOf starts n members as c describes (its extra flags, peer
+// scheme and per-member flags).
+func startClusterOf(t *testing.T, n int, c *cluster) *cluster {
+	t.Helper()
 	if !againstEtcd && kiteBuildErr != nil {
 		t.Fatalf("kite binary: %v", kiteBuildErr)
 	}
-	c := &cluster{t: t, token: fmt.Sprintf("kite-test-%x", rand.Uint64()), extra: extra}
+	c.t, c.token = t, fmt.Sprintf("kite-test-%x", rand.Uint64())
+	if c.scheme == "" {
+		c.scheme = "http"
+	}
 	used := map[int]bool{}
 	port := func() int {
 		for {
@@ -85,7 +100,7 @@ func startClusterWith(t *testing.T, n int, extra ...string) *cluster {
 		m := &clusterMember{c: c, name: fmt.Sprintf("n%d", i)}
 		m.kiteProcess = &kiteProcess{server: &server{name: m.name}, t: t, dataDir: t.TempDir(), port: port(), log: &syncBuffer{}}
 		m.Endpoint = "http://127.0.0.1:" + strconv.Itoa(m.port)
-		m.peerURL = "http://127.0.0.1:" + strconv.Itoa(port())
+		m.peerURL = c.scheme + "://127.0.0.1:" + strconv.Itoa(port())
 		c.members = append(c.members, m)
 	}
 	t.Cleanup(func() {
@@ -123,7 +138,11 @@ func (c *cluster) initialCluster() string {
 
 // args is the member's command line with the given cluster token.
 func (m *clusterMember) args(token string) []string {
-	return append(memberArgs(m.name, m.dataDir, m.Endpoint, m.peerURL, m.c.initialCluster(), token), m.c.extra...)
+	args := append(memberArgs(m.name, m.dataDir, m.Endpoint, m.peerURL, m.c.initialCluster(), token), m.c.extra...)
+	if m.c.perMember != nil {
+		args = append(args, m.c.perMember(slices.Index(m.c.members, m))...)
+	}
+	return args
 }
 
 // memberArgs is a member's command line, etcd's flags exactly as etcd takes them.

@@ -30,7 +30,8 @@ func etcdFlags() []string {
 		"grpc-keepalive-min-time", "grpc-keepalive-interval", "grpc-keepalive-timeout",
 		"listen-peer-urls", "initial-cluster", "initial-cluster-state", "initial-cluster-token",
 		"heartbeat-interval", "election-timeout", "snapshot-count", "max-snapshots", "max-wals",
-		"corrupt-check-time", "snapshot-catchup-entries", "experimental-snapshot-catchup-entries",
+		"corrupt-check-time", "peer-cert-file", "peer-key-file", "peer-trusted-ca-file",
+		"peer-client-cert-auth", "peer-auto-tls", "peer-crl-file", "peer-cert-allowed-cn", "snapshot-catchup-entries", "experimental-snapshot-catchup-entries",
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+
 	"github.com/kite-db/kite/pkg/datastore"
 	"github.com/kite-db/kite/pkg/drivers/raftsql"
 	"github.com/kite-db/kite/pkg/mvcc"
@@ -69,6 +71,14 @@ type serveFlags struct {
 	maxWALs             uint
 	catchUpEntries      uint64
 	corruptCheckTime    time.Duration
+	// raftsql peer TLS, etcd's flags.
+	peerCertFile       string
+	peerKeyFile        string
+	peerTrustedCAFile  string
+	peerClientCertAuth bool
+	peerAutoTLS        bool
+	peerCRLFile        string
+	peerAllowedCNs     stringsFlag
 	// raft is the bootstrap built from them when they select raftsql.
 	raft *raftsql.Config
 
@@ -135,6 +145,13 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.Uint64Var(&f.catchUpEntries, "snapshot-catchup-entries", 5000, "Number of entries for a slow follower to catch-up after compacting the raft storage entries.")
 	fs.Uint64Var(&f.catchUpEntries, "experimental-snapshot-catchup-entries", 5000, "Deprecated alias of --snapshot-catchup-entries.")
 	fs.DurationVar(&f.corruptCheckTime, "corrupt-check-time", 5*time.Minute, "Duration of time between cluster corruption check passes (raftsql; the first runs shortly after start).")
+	fs.StringVar(&f.peerCertFile, "peer-cert-file", "", "Path to the peer server TLS cert file (raftsql; served on https:// peer URLs and presented to other members).")
+	fs.StringVar(&f.peerKeyFile, "peer-key-file", "", "Path to the peer server TLS key file.")
+	fs.StringVar(&f.peerTrustedCAFile, "peer-trusted-ca-file", "", "Path to the peer server TLS trusted CA file.")
+	fs.BoolVar(&f.peerClientCertAuth, "peer-client-cert-auth", false, "Enable peer client cert authentication.")
+	fs.BoolVar(&f.peerAutoTLS, "peer-auto-tls", false, "Peer TLS using generated certificates (in <data-dir>/fixtures/peer).")
+	fs.StringVar(&f.peerCRLFile, "peer-crl-file", "", "Path to the peer certificate revocation list file.")
+	fs.Var(&f.peerAllowedCNs, "peer-cert-allowed-cn", "Comma-separated `list` of allowed CNs for inter-peer TLS authentication.")
 	fs.StringVar(&f.datastoreEndpoint, "datastore-endpoint", "", "Storage: empty or sqlite://PATH for the embedded SQLite database (kite.db in --data-dir by default); postgres://user:pass@host/db?sslmode=... for several kite servers on one Postgres database; raftsql for a member of a raft cluster (also selected by --initial-cluster or --listen-peer-urls).")
 	fs.IntVar(&f.datastoreMaxOpenConns, "datastore-max-open-connections", 0, "Most connections to a database server (0: the driver's default).")
 	fs.IntVar(&f.datastoreMaxIdleConns, "datastore-max-idle-connections", 0, "Connections to a database server kept open while idle (0: the driver's default).")
@@ -294,6 +311,18 @@ func (f *serveFlags) raftConfig() (*raftsql.Config, error) {
 		MaxRequestBytes: int(f.maxRequestBytes),
 
 		CorruptCheckInterval: f.corruptCheckTime,
+		PeerTLS: raftsql.PeerTLS{
+			Info: transport.TLSInfo{
+				CertFile:       f.peerCertFile,
+				KeyFile:        f.peerKeyFile,
+				TrustedCAFile:  f.peerTrustedCAFile,
+				ClientCertAuth: f.peerClientCertAuth,
+				CRLFile:        f.peerCRLFile,
+				AllowedCNs:     f.peerAllowedCNs,
+			},
+			AutoTLS:  f.peerAutoTLS,
+			Validity: f.selfSignedCertValidity,
+		},
 		// Tests partition members through it (pkg/drivers/raftsql/faults.go).
 		TestFaults: os.Getenv("KITE_TEST_PEER_FAULTS") == "1",
 	}, nil

@@ -56,6 +56,8 @@ type Config struct {
 	// with the other members' (etcd's --corrupt-check-time); the first
 	// check runs shortly after start.
 	CorruptCheckInterval time.Duration
+	// PeerTLS secures the peer URLs (tls.go).
+	PeerTLS PeerTLS
 	// TestFaults serves the fault hooks tests use to partition a member
 	// (faults.go); never set in production.
 	TestFaults bool

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -199,14 +198,19 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		// confirmed by a heartbeat round (ReadOnlySafe).
 	}
 
+	if err := n.setupPeerTLS(); err != nil {
+		return nil, err
+	}
 	for _, u := range cfg.ListenPeer {
-		l, err := listenPeer(ctx, u)
+		l, err := n.listenPeer(u)
 		if err != nil {
 			return nil, err
 		}
 		n.peerLns = append(n.peerLns, l)
 	}
-	n.peerClient = &http.Client{Timeout: 5 * time.Second}
+	if n.peerClient, err = n.newPeerClient(); err != nil {
+		return nil, err
+	}
 	return n, nil
 }
 
@@ -272,22 +276,6 @@ func (n *Node) lastIndex() uint64 {
 	return i
 }
 
-func listenPeer(ctx context.Context, raw string) (net.Listener, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, fmt.Errorf("--listen-peer-urls %q: %w", raw, err)
-	}
-	if u.Scheme != "http" {
-		return nil, fmt.Errorf("--listen-peer-urls %q: only http:// peer URLs are supported (peer TLS is not built yet)", raw)
-	}
-	var lc net.ListenConfig
-	l, err := lc.Listen(ctx, "tcp", u.Host)
-	if err != nil {
-		return nil, fmt.Errorf("listen on peer URL %s: %w", raw, err)
-	}
-	return l, nil
-}
-
 // ID returns this member's ID; ClusterID the cluster's.
 func (n *Node) ID() uint64        { return n.id }
 func (n *Node) ClusterID() uint64 { return n.clusterID }
@@ -313,6 +301,7 @@ func (n *Node) Start(a mvcc.Applier) error {
 		ClusterID:   types.ID(n.clusterID),
 		Raft:        n,
 		Snapshotter: n.snapshotter,
+		TLSInfo:     n.cfg.PeerTLS.Info,
 		ServerStats: stats.NewServerStats(n.cfg.Name, types.ID(n.id).String()),
 		LeaderStats: stats.NewLeaderStats(n.zlog, types.ID(n.id).String()),
 		ErrorC:      make(chan error, 1),

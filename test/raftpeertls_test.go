@@ -1,0 +1,123 @@
+package test
+
+import (
+	"context"
+	"crypto/tls"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kite-db/kite/pkg/server/tlstest"
+)
+
+// TestRaftSQLPeerTLS: members on https peer URLs with etcd's peer TLS
+// flags and client-certificate authentication replicate as usual; a peer
+// connection without a certificate from the trusted CA, or with a common
+// name not in --peer-cert-allowed-cn, is refused at the handshake, and a
+// member restarted with such a certificate cannot take part (it never
+// learns a leader) until it is given a good one again.
+func TestRaftSQLPeerTLS(t *testing.T) {
+	if againstEtcd {
+		t.Skip("kite's peer TLS: etcd is proven by its own tests")
+	}
+	dir := t.TempDir()
+	ca, other := tlstest.NewCA(t, "peer CA"), tlstest.NewCA(t, "other CA")
+	caFile := tlstest.Write(t, dir, "ca.pem", ca.PEM)
+	issue := func(from *tlstest.CA, name, cn string) []string {
+		c := from.Issue(t, tlstest.Options{CommonName: cn, Server: true})
+		return []string{"--peer-cert-file", tlstest.Write(t, dir, name+".pem", c.CertPEM),
+			"--peer-key-file", tlstest.Write(t, dir, name+"-key.pem", c.KeyPEM)}
+	}
+	certs := [][]string{issue(ca, "m0", "kite-peer"), issue(ca, "m1", "kite-peer"), issue(ca, "m2", "kite-peer")}
+	good2 := certs[2]
+	c := startClusterOf(t, 3, &cluster{
+		scheme: "https",
+		extra: []string{"--peer-trusted-ca-file", caFile, "--peer-client-cert-auth",
+			"--peer-cert-allowed-cn", "kite-peer"},
+		perMember: func(i int) []string { return certs[i] },
+	})
+	ctx := testCtx(t, 2*time.Minute)
+	rev := putEventually(t, c.members[0], "ptls/a", "1", 10*time.Second).Header.Revision
+	waitApplied(t, c, rev)
+	sameHashKV(t, ctx, c, rev)
+
+	// The peer URL itself: a handshake without a good certificate fails.
+	peer := c.members[1].peerURL + "/kite/member"
+	try := func(cert *tlstest.Cert) error {
+		cfg := &tls.Config{RootCAs: tlstest.Pool(ca)}
+		if cert != nil {
+			cfg.Certificates = []tls.Certificate{cert.TLS(t)}
+		}
+		hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+		resp, err := hc.Get(peer)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	}
+	if err := try(nil); err == nil {
+		t.Error("peer URL served a client without a certificate")
+	}
+	if err := try(other.Issue(t, tlstest.Options{CommonName: "kite-peer"})); err == nil {
+		t.Error("peer URL served a certificate of another CA")
+	}
+	if err := try(ca.Issue(t, tlstest.Options{CommonName: "intruder"})); err == nil {
+		t.Error("peer URL served a common name not in --peer-cert-allowed-cn")
+	}
+	if err := try(ca.Issue(t, tlstest.Options{CommonName: "kite-peer"})); err != nil {
+		t.Errorf("peer URL refused a good certificate: %v", err)
+	}
+
+	// A member restarted with a bad certificate is shut out of the cluster.
+	m := c.members[2]
+	for _, bad := range []struct {
+		what  string
+		flags []string
+	}{
+		{"another CA's certificate", issue(other, "m2-other", "kite-peer")},
+		{"a common name not allowed", issue(ca, "m2-intruder", "intruder")},
+	} {
+		m.Kill()
+		certs[2] = bad.flags
+		if err := m.start(); err != nil {
+			t.Fatal(err)
+		}
+		during := putEventually(t, c.members[0], "ptls/during", bad.what, 10*time.Second).Header.Revision
+		time.Sleep(3 * time.Second) // several election timeouts
+		if st, err := m.status(); err == nil && st.Leader != 0 {
+			t.Fatalf("member with %s knows leader %x: it took part in the cluster", bad.what, st.Leader)
+		}
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := m.Client.Get(sctx, "ptls/during")
+		cancel()
+		if err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].ModRevision == during {
+			t.Fatalf("member with %s has the write made after its start", bad.what)
+		}
+	}
+	m.Kill()
+	certs[2] = good2
+	m.Restart()
+	rev = putEventually(t, c.members[1], "ptls/after", "2", 10*time.Second).Header.Revision
+	waitApplied(t, c, rev)
+	sameHashKV(t, ctx, c, rev)
+}
+
+// TestRaftSQLPeerAutoTLS: --peer-auto-tls gives each member a self-signed
+// certificate for its https peer URLs, in <data-dir>/fixtures/peer.
+func TestRaftSQLPeerAutoTLS(t *testing.T) {
+	if againstEtcd {
+		t.Skip("kite's peer TLS: etcd is proven by its own tests")
+	}
+	c := startClusterOf(t, 3, &cluster{scheme: "https", extra: []string{"--peer-auto-tls"}})
+	ctx := testCtx(t, time.Minute)
+	rev := putEventually(t, c.members[2], "pauto/a", "1", 10*time.Second).Header.Revision
+	waitApplied(t, c, rev)
+	sameHashKV(t, ctx, c, rev)
+	for _, m := range c.members {
+		if matches, _ := filepath.Glob(filepath.Join(m.dataDir, "fixtures", "peer", "cert.pem")); len(matches) == 0 {
+			t.Errorf("member %s: no self-signed certificate in fixtures/peer", m.name)
+		}
+	}
+}
