@@ -50,6 +50,9 @@ type cluster struct {
 	// perMember, if set, adds flags of member i's own.
 	scheme    string
 	perMember func(i int) []string
+	// prepare, if set, runs for each member before any starts (with the
+	// ports, data dir and token chosen), e.g. to restore a snapshot.
+	prepare func(c *cluster, m *clusterMember)
 }
 
 // clusterMember is one member. It is a kiteProcess so that the fleet
@@ -111,6 +114,11 @@ func startClusterOf(t *testing.T, n int, c *cluster) *cluster {
 			}
 		}
 	})
+	if c.prepare != nil {
+		for _, m := range c.members {
+			c.prepare(c, m)
+		}
+	}
 	// All first: no member serves before a quorum runs.
 	for _, m := range c.members {
 		if err := m.start(); err != nil {

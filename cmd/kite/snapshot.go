@@ -15,17 +15,27 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kite-db/kite/pkg/datastore"
+	"github.com/kite-db/kite/pkg/drivers/raftsql"
 	"github.com/kite-db/kite/pkg/drivers/sqlite"
 	"github.com/kite-db/kite/pkg/mvcc"
 )
 
 const snapshotUsage = `usage:
+  kite snapshot status [-w simple|table|json] FILE
+      print a snapshot's HashKV hash, revision, live keys and size (etcdutl's
+      columns; the hash is what 'etcdctl endpoint hashkv' shows)
   kite snapshot save [--endpoints URL] FILE
       stream a consistent snapshot from a running kite (or etcd) to FILE,
       exactly as 'etcdctl snapshot save' does (database + sha256 trailer)
   kite snapshot restore --data-dir DIR FILE
       create DIR from a snapshot saved from kite; start kite with
-      --data-dir DIR afterwards. Refuses to overwrite an existing database.`
+      --data-dir DIR afterwards. Refuses to overwrite an existing database.
+  kite snapshot restore --data-dir DIR --name NAME --initial-cluster N=URL,...
+        [--initial-cluster-token T] [--initial-advertise-peer-urls URL] FILE
+      create DIR as member NAME of a NEW raftsql cluster holding the
+      snapshot's keys, as etcdutl snapshot restore does: restore every
+      member from the same FILE with the same cluster flags, then start
+      each with those flags (--initial-cluster-state is then ignored).`
 
 // runSnapshot is `kite snapshot save|restore`.
 func runSnapshot(args []string) int {
@@ -38,6 +48,8 @@ func runSnapshot(args []string) int {
 		return runSnapshotSave(args[1:])
 	case "restore":
 		return runSnapshotRestore(args[1:])
+	case "status":
+		return runSnapshotStatus(args[1:])
 	default:
 		fmt.Fprintln(os.Stderr, snapshotUsage)
 		return 2
@@ -102,11 +114,36 @@ func saveSnapshot(ctx context.Context, endpoint, file string) (err error) {
 func runSnapshotRestore(args []string) int {
 	fs := flag.NewFlagSet("kite snapshot restore", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", "", "data directory to create (required)")
+	name := fs.String("name", "default", "raftsql: this member's name in --initial-cluster")
+	initial := fs.String("initial-cluster", "", "raftsql: the new cluster's members, name=peerURL,...; makes DIR a member of it")
+	token := fs.String("initial-cluster-token", "etcd-cluster", "raftsql: the new cluster's token")
+	var advertise urlsFlag
+	fs.Var(&advertise, "initial-advertise-peer-urls", "raftsql: this member's peer URLs (checked against --initial-cluster)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if fs.NArg() != 1 || *dataDir == "" {
 		return fatalf("snapshot restore needs --data-dir DIR and exactly one FILE argument")
+	}
+	if *initial != "" {
+		cluster, err := raftsql.ParseInitialCluster(*initial)
+		if err != nil {
+			return fatalf("snapshot restore: %v", err)
+		}
+		data, err := os.ReadFile(fs.Arg(0))
+		if err == nil {
+			data, err = stripChecksum(data)
+		}
+		if err != nil {
+			return fatalf("snapshot restore: %v", err)
+		}
+		rev, err := raftsql.Restore(context.Background(), raftsql.Config{Name: *name, DataDir: *dataDir,
+			InitialCluster: cluster, Token: *token, AdvertisePeer: advertise}, data)
+		if err != nil {
+			return fatalf("snapshot restore: %v", err)
+		}
+		fmt.Printf("Restored %s into %s at revision %d as member %s of a new cluster\n", fs.Arg(0), *dataDir, rev, *name)
+		return 0
 	}
 	rev, err := restoreSnapshot(context.Background(), fs.Arg(0), *dataDir)
 	if err != nil {
