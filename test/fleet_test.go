@@ -2,6 +2,8 @@ package test
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
@@ -174,6 +176,27 @@ func (w *writers) stop() ([]ack, []int) {
 	close(w.stopc)
 	w.wg.Wait()
 	return w.acks, w.failed
+}
+
+// putDeleteWriter is a startWriters write function: puts, and now and then a
+// delete, on keys of each writer's own under prefix.
+func putDeleteWriter(prefix string) func(ctx context.Context, c *clientv3.Client, i, n int) (ack, error) {
+	return func(ctx context.Context, c *clientv3.Client, i, n int) (ack, error) {
+		key := fmt.Sprintf("%ss%d/k%02d", prefix, i, rand.IntN(20))
+		if n%10 == 9 {
+			resp, err := c.Delete(ctx, key)
+			if err != nil || resp.Deleted == 0 {
+				return ack{}, err
+			}
+			return ack{key, "", resp.Header.Revision}, nil
+		}
+		value := fmt.Sprintf("v%d-%d", i, n)
+		resp, err := c.Put(ctx, key, value)
+		if err != nil {
+			return ack{}, err
+		}
+		return ack{key, value, resp.Header.Revision}, nil
+	}
 }
 
 // checkOneOrder checks that every server's watcher saw the same sequence,

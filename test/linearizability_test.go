@@ -119,13 +119,9 @@ func TestRegisterModelRejectsStaleRead(t *testing.T) {
 func TestSharedServersLinearizable(t *testing.T) {
 	ks := startShared(t, 3)
 	ctx := testCtx(t, 2*time.Minute)
-	start := time.Now()
-	now := func() int64 { return int64(time.Since(start)) }
-
 	const clients, opsPerClient = 9, 150
 	keys := []string{"/lin/a", "/lin/b", "/lin/c"}
-	var mu sync.Mutex
-	var history []porcupine.Operation
+	h := newRegHistory()
 	var wg sync.WaitGroup
 	for id := range clients {
 		wg.Go(func() {
@@ -135,43 +131,14 @@ func TestSharedServersLinearizable(t *testing.T) {
 				return
 			}
 			defer c.Close()
-			rng := rand.New(rand.NewPCG(uint64(id), 7))
-			seen := map[string]string{} // the last value this client read or wrote, per key
+			rc := h.client(id, c, 7)
 			for n := range opsPerClient {
-				in := regInput{key: keys[rng.IntN(len(keys))], val: fmt.Sprintf("c%d-%d", id, n)}
-				switch r := rng.IntN(10); {
-				case r < 5:
-					in.op = "get"
-				case r < 8:
-					in.op = "put"
-				case seen[in.key] != "":
-					// A value compare on a missing key fails in etcd: swap
-					// only from a value that existed.
-					in.op, in.from = "cas", seen[in.key]
-				default:
-					in.op = "put"
-				}
-				call := now()
-				out, err := doRegister(ctx, c, in)
-				ret := now()
-				if err != nil {
-					if in.op == "get" {
-						continue // a failed read changes nothing
-					}
-					out, ret = regOutput{unknown: true}, math.MaxInt64
-				}
-				if in.op == "get" {
-					seen[in.key] = out.val
-				} else if !out.unknown && (in.op == "put" || out.ok) {
-					seen[in.key] = in.val
-				}
-				mu.Lock()
-				history = append(history, porcupine.Operation{ClientId: id, Input: in, Call: call, Output: out, Return: ret})
-				mu.Unlock()
+				rc.step(ctx, keys, n)
 			}
 		})
 	}
 	wg.Wait()
+	history := h.ops
 	res := porcupine.CheckOperationsTimeout(registerModel, history, time.Minute)
 	switch res {
 	case porcupine.Ok:
@@ -181,6 +148,68 @@ func TestSharedServersLinearizable(t *testing.T) {
 	default:
 		t.Fatalf("history of %d operations is not linearizable", len(history))
 	}
+}
+
+// regHistory records the register operations of concurrent clients, with
+// call and return times since it started.
+type regHistory struct {
+	start time.Time
+	mu    sync.Mutex
+	ops   []porcupine.Operation
+}
+
+func newRegHistory() *regHistory { return &regHistory{start: time.Now()} }
+
+func (h *regHistory) now() int64 { return int64(time.Since(h.start)) }
+
+// client returns client id's operation source, its random choices seeded.
+func (h *regHistory) client(id int, c *clientv3.Client, seed uint64) *regClient {
+	return &regClient{id: id, c: c, h: h, rng: rand.New(rand.NewPCG(uint64(id), seed)), seen: map[string]string{}}
+}
+
+// regClient sends one client's random gets, puts and compare-and-swaps.
+type regClient struct {
+	id   int
+	c    *clientv3.Client
+	h    *regHistory
+	rng  *rand.Rand
+	seen map[string]string // the last value this client read or wrote, per key
+}
+
+// step sends the client's n-th operation, on one of keys, and records it.
+// A failed read changes nothing and is left out; a failed write may have
+// happened, so its outcome is unknown (it may take effect any time later).
+func (rc *regClient) step(ctx context.Context, keys []string, n int) {
+	in := regInput{key: keys[rc.rng.IntN(len(keys))], val: fmt.Sprintf("c%d-%d", rc.id, n)}
+	switch r := rc.rng.IntN(10); {
+	case r < 5:
+		in.op = "get"
+	case r < 8:
+		in.op = "put"
+	case rc.seen[in.key] != "":
+		// A value compare on a missing key fails in etcd: swap only from a
+		// value that existed.
+		in.op, in.from = "cas", rc.seen[in.key]
+	default:
+		in.op = "put"
+	}
+	call := rc.h.now()
+	out, err := doRegister(ctx, rc.c, in)
+	ret := rc.h.now()
+	if err != nil {
+		if in.op == "get" {
+			return
+		}
+		out, ret = regOutput{unknown: true}, math.MaxInt64
+	}
+	if in.op == "get" {
+		rc.seen[in.key] = out.val
+	} else if !out.unknown && (in.op == "put" || out.ok) {
+		rc.seen[in.key] = in.val
+	}
+	rc.h.mu.Lock()
+	rc.h.ops = append(rc.h.ops, porcupine.Operation{ClientId: rc.id, Input: in, Call: call, Output: out, Return: ret})
+	rc.h.mu.Unlock()
 }
 
 func doRegister(ctx context.Context, c *clientv3.Client, in regInput) (regOutput, error) {

@@ -40,22 +40,7 @@ func TestSharedServersOneOrder(t *testing.T) {
 	ws := watchEvery(ctx, t, ks, prefix)
 	// Puts and deletes on keys of each writer's own; writers run until
 	// stopped, so server 1 dies while all of them write.
-	wr := startWriters(ctx, t, ks, func(ctx context.Context, c *clientv3.Client, i, n int) (ack, error) {
-		key := fmt.Sprintf("%ss%d/k%02d", prefix, i, rand.IntN(20))
-		if n%10 == 9 {
-			resp, err := c.Delete(ctx, key)
-			if err != nil || resp.Deleted == 0 {
-				return ack{}, err
-			}
-			return ack{key, "", resp.Header.Revision}, nil
-		}
-		value := fmt.Sprintf("v%d-%d", i, n)
-		resp, err := c.Put(ctx, key, value)
-		if err != nil {
-			return ack{}, err
-		}
-		return ack{key, value, resp.Header.Revision}, nil
-	})
+	wr := startWriters(ctx, t, ks, putDeleteWriter(prefix))
 	time.Sleep(500 * time.Millisecond)
 	ks[1].Kill()
 	time.Sleep(200 * time.Millisecond)

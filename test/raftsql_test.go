@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,27 +21,6 @@ import (
 
 // End-to-end tests of raftsql mode: three kite processes replicating
 // through raft, started with etcd's clustering flags (cluster_test.go).
-
-// raftWriter is a startWriters write function: puts, and now and then a
-// delete, on keys of each writer's own under prefix.
-func raftWriter(prefix string) func(ctx context.Context, c *clientv3.Client, i, n int) (ack, error) {
-	return func(ctx context.Context, c *clientv3.Client, i, n int) (ack, error) {
-		key := fmt.Sprintf("%ss%d/k%02d", prefix, i, rand.IntN(20))
-		if n%10 == 9 {
-			resp, err := c.Delete(ctx, key)
-			if err != nil || resp.Deleted == 0 {
-				return ack{}, err
-			}
-			return ack{key, "", resp.Header.Revision}, nil
-		}
-		value := fmt.Sprintf("v%d-%d", i, n)
-		resp, err := c.Put(ctx, key, value)
-		if err != nil {
-			return ack{}, err
-		}
-		return ack{key, value, resp.Header.Revision}, nil
-	}
-}
 
 // showGet describes a get's outcome for an error message.
 func showGet(resp *clientv3.GetResponse, err error) string {
@@ -220,7 +197,7 @@ func TestRaftSQLWatchOnEveryNode(t *testing.T) {
 	const prefix = "/every/"
 	ks := c.procs()
 	ws := watchEvery(ctx, t, ks, prefix)
-	wr := startWriters(ctx, t, ks, raftWriter(prefix))
+	wr := startWriters(ctx, t, ks, putDeleteWriter(prefix))
 	time.Sleep(3 * time.Second)
 	acks, failed := wr.stop()
 	t.Logf("acknowledged writes: %d; failed writes per member: %v", len(acks), failed)
@@ -255,7 +232,7 @@ func TestRaftSQLLeaderKill(t *testing.T) {
 	killed := c.members[leader]
 	survivors := c.others(leader)
 	ws := watchEvery(ctx, t, c.procs(survivors...), prefix)
-	wr := startWriters(ctx, t, c.procs(), raftWriter(prefix))
+	wr := startWriters(ctx, t, c.procs(), putDeleteWriter(prefix))
 	time.Sleep(1500 * time.Millisecond)
 
 	killedAt := time.Now()
@@ -623,16 +600,12 @@ func TestRaftSQLBootstrapRefused(t *testing.T) {
 func TestRaftSQLLinearizable(t *testing.T) {
 	c := startCluster(t, 3)
 	ctx := testCtx(t, 2*time.Minute)
-	start := time.Now()
-	now := func() int64 { return int64(time.Since(start)) }
-
 	// Clients run until stopped, at most maxOps each (porcupine's work
 	// grows with the history).
 	const clients, maxOps = 6, 1000
 	stop := make(chan struct{})
 	keys := []string{"/lin/a", "/lin/b", "/lin/c"}
-	var mu sync.Mutex
-	var history []porcupine.Operation
+	h := newRegHistory()
 	var done atomic.Int64 // operations completed, by every client
 	var wg sync.WaitGroup
 	for id := range clients {
@@ -643,45 +616,17 @@ func TestRaftSQLLinearizable(t *testing.T) {
 				return
 			}
 			defer cl.Close()
-			rng := rand.New(rand.NewPCG(uint64(id), 11))
-			seen := map[string]string{} // the last value this client read or wrote, per key
+			rc := h.client(id, cl, 11)
 			for n := range maxOps {
 				select {
 				case <-stop:
 					return
 				default:
 				}
-				in := regInput{key: keys[rng.IntN(len(keys))], val: fmt.Sprintf("c%d-%d", id, n)}
-				switch r := rng.IntN(10); {
-				case r < 5:
-					in.op = "get"
-				case r < 8:
-					in.op = "put"
-				case seen[in.key] != "":
-					in.op, in.from = "cas", seen[in.key]
-				default:
-					in.op = "put"
-				}
-				call := now()
-				out, err := doRegister(ctx, cl, in)
-				ret := now()
+				rc.step(ctx, keys, n)
 				done.Add(1)
-				if err != nil {
-					if in.op == "get" {
-						continue
-					}
-					out, ret = regOutput{unknown: true}, math.MaxInt64
-				}
-				if in.op == "get" {
-					seen[in.key] = out.val
-				} else if !out.unknown && (in.op == "put" || out.ok) {
-					seen[in.key] = in.val
-				}
-				mu.Lock()
-				history = append(history, porcupine.Operation{ClientId: id, Input: in, Call: call, Output: out, Return: ret})
-				mu.Unlock()
 				// Paced, so that the run spans the failover.
-				time.Sleep(time.Duration(rng.IntN(10)) * time.Millisecond)
+				time.Sleep(time.Duration(rc.rng.IntN(10)) * time.Millisecond)
 			}
 		})
 	}
@@ -696,6 +641,7 @@ func TestRaftSQLLinearizable(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	close(stop)
 	wg.Wait()
+	history := h.ops
 	if n := done.Load(); n < 100 {
 		t.Errorf("only %d operations done", n)
 	}

@@ -87,7 +87,6 @@ type Node struct {
 	// errc carries the error that stopped the node (a failed apply, a
 	// removed member); Err exposes it.
 	errc    chan error
-	started bool
 	wg      sync.WaitGroup
 	closeMu sync.Mutex
 	closed  bool
@@ -322,7 +321,6 @@ func (n *Node) Start(a mvcc.Applier) error {
 			}
 		})
 	}
-	n.started = true
 	memberDir := filepath.Join(n.cfg.DataDir, "member")
 	n.wg.Go(func() { n.purgeOldFiles(filepath.Join(memberDir, "snap"), filepath.Join(memberDir, "wal")) })
 	n.wg.Go(n.run)
