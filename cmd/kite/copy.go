@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -32,6 +33,10 @@ SRC is one of:
       a kite storage: the whole revision log is copied from one consistent
       snapshot, every revision, the compacted revision, leases and alarms
       preserved.
+  --from-snapshot FILE
+      a snapshot file, of kite or of etcd ('etcdctl snapshot save'; its
+      sha256 trailer is checked): copied as a kite storage, every revision
+      the snapshot holds, the compacted revision and leases preserved.
   http://HOST:PORT, https://HOST:PORT, unix:///PATH (comma-separated list)
       a running etcd, kine or kite: every key at one revision R is copied
       with its create and mod revisions, version, value and lease; the
@@ -55,10 +60,12 @@ flags:`
 type copyConfig struct {
 	// from is a datastore endpoint (sqlite://, postgres://) when fromEtcd
 	// is empty; otherwise fromEtcd lists the client URLs of a running
-	// etcd-compatible server.
-	from     string
-	fromEtcd []string
-	to       string // datastore endpoint (sqlite:// or postgres://)
+	// etcd-compatible server. With fromSnapshot, a snapshot file, from is
+	// set only when the copy runs (a temporary SQLite holding its database).
+	from         string
+	fromEtcd     []string
+	fromSnapshot string
+	to           string // datastore endpoint (sqlite:// or postgres://)
 	// toDataDir is set when the target was given as --to-data-dir: the
 	// directory is locked as kite locks it, so a kite serving it is noticed.
 	toDataDir string
@@ -111,6 +118,7 @@ func parseCopyFlags(args []string, out io.Writer) (copyConfig, error) {
 	var (
 		cfg              copyConfig
 		from, fromDir    string
+		fromSnapshot     string
 		to, toDir        string
 		insecureSkipTLS  bool
 		pageSize         int64
@@ -124,6 +132,7 @@ func parseCopyFlags(args []string, out io.Writer) (copyConfig, error) {
 	}
 	fs.StringVar(&from, "from", "", "source: sqlite://PATH, postgres://..., or etcd client `URLs` (http://, https://, unix://)")
 	fs.StringVar(&fromDir, "from-data-dir", "", "source: the SQLite database of a kite data `dir` (DIR/kite.db)")
+	fs.StringVar(&fromSnapshot, "from-snapshot", "", "source: a snapshot `file` of kite or etcd (etcdctl snapshot save)")
 	fs.StringVar(&to, "to", "", "target: sqlite://PATH or postgres://...")
 	fs.StringVar(&toDir, "to-data-dir", "", "target: the SQLite database of a kite data `dir` (DIR/kite.db), created 0700")
 	fs.BoolVar(&cfg.force, "force", false, "replace the contents of a non-empty target (emptied in the copy's own transaction)")
@@ -143,8 +152,8 @@ func parseCopyFlags(args []string, out io.Writer) (copyConfig, error) {
 	if fs.NArg() > 0 {
 		return copyConfig{}, fmt.Errorf("unexpected argument %q (every option is a flag)", fs.Arg(0))
 	}
-	if (from == "") == (fromDir == "") {
-		return copyConfig{}, errors.New("give exactly one of --from and --from-data-dir")
+	if countSet(from, fromDir, fromSnapshot) != 1 {
+		return copyConfig{}, errors.New("give exactly one of --from, --from-data-dir and --from-snapshot")
 	}
 	if (to == "") == (toDir == "") {
 		return copyConfig{}, errors.New("give exactly one of --to and --to-data-dir")
@@ -161,6 +170,8 @@ func parseCopyFlags(args []string, out io.Writer) (copyConfig, error) {
 	cfg.pageSize = pageSize
 
 	switch {
+	case fromSnapshot != "":
+		cfg.fromSnapshot = fromSnapshot
 	case fromDir != "":
 		cfg.from = "sqlite://" + datastore.SQLitePath("", fromDir)
 	case isEtcdEndpoint(from):
@@ -205,10 +216,21 @@ func parseCopyFlags(args []string, out io.Writer) (copyConfig, error) {
 		cfg.user, cfg.password = name, pass
 	}
 
-	if cfg.fromEtcd == nil && sameStore(cfg.from, cfg.to) {
+	if cfg.fromEtcd == nil && cfg.fromSnapshot == "" && sameStore(cfg.from, cfg.to) {
 		return copyConfig{}, fmt.Errorf("source and target are the same storage (%s)", datastore.Redact(cfg.to))
 	}
 	return cfg, nil
+}
+
+// countSet counts the non-empty strings among s.
+func countSet(s ...string) int {
+	n := 0
+	for _, v := range s {
+		if v != "" {
+			n++
+		}
+	}
+	return n
 }
 
 func isEtcdEndpoint(s string) bool {
@@ -284,16 +306,30 @@ func copyCluster(ctx context.Context, cfg copyConfig, logw io.Writer) (copyResul
 			redacted[i] = datastore.Redact(ep)
 		}
 		res.from = strings.Join(redacted, ",")
+	} else if cfg.fromSnapshot != "" {
+		res.from = cfg.fromSnapshot
 	} else {
 		res.from = datastore.Redact(cfg.from)
 	}
 
+	if cfg.fromSnapshot != "" {
+		from, cleanup, err := snapshotSource(ctx, slog.New(slog.NewTextHandler(logw, nil)), cfg.fromSnapshot)
+		if err != nil {
+			return res, fmt.Errorf("source: %w", err)
+		}
+		defer cleanup()
+		cfg.from = from
+	}
 	// A SQLite source is opened only if it exists: opening a missing file
 	// would create an empty database and "copy" nothing.
 	if cfg.fromEtcd == nil {
 		if kind, _ := datastore.Kind(cfg.from); kind == datastore.KindSQLite {
-			if _, err := os.Stat(datastore.SQLitePath(cfg.from, "")); err != nil {
+			path := datastore.SQLitePath(cfg.from, "")
+			if _, err := os.Stat(path); err != nil {
 				return res, fmt.Errorf("source %s: %w", res.from, err)
+			}
+			if isEtcdFile(path) {
+				return res, fmt.Errorf("source %s is an etcd database: copy it with --from-snapshot", res.from)
 			}
 		}
 	}
@@ -338,6 +374,38 @@ func copyCluster(ctx context.Context, cfg copyConfig, logw io.Writer) (copyResul
 	}
 	res.elapsed = time.Since(start)
 	return res, nil
+}
+
+// snapshotSource writes the kite database of a snapshot file (converted
+// from etcd's if need be) into a temporary SQLite file, which the copy then
+// reads as any kite storage. cleanup removes it.
+func snapshotSource(ctx context.Context, log *slog.Logger, file string) (endpoint string, cleanup func(), err error) {
+	data, err := readSnapshotFile(ctx, log, file)
+	if err != nil {
+		return "", nil, err
+	}
+	dir, err := os.MkdirTemp("", "kite-copy-snapshot-")
+	if err != nil {
+		return "", nil, fmt.Errorf("temporary directory: %w", err)
+	}
+	path := filepath.Join(dir, "kite.db")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("write %s: %w", path, err)
+	}
+	return "sqlite://" + path, func() { os.RemoveAll(dir) }, nil
+}
+
+// isEtcdFile reports whether path begins as an etcd (bbolt) database.
+func isEtcdFile(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	head := make([]byte, 64)
+	n, _ := io.ReadFull(f, head)
+	return detectSnapshot(head[:n]) == formatEtcd
 }
 
 // openStore opens a datastore endpoint, giving up after timeout if its

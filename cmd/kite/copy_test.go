@@ -57,6 +57,14 @@ func TestParseCopyFlags(t *testing.T) {
 					t.Errorf("config %+v", c)
 				}
 			}},
+		{name: "snapshot file source", args: []string{"--from-snapshot", dir + "/etcd.snapshot", "--to", "sqlite://" + dir + "/x.db"},
+			check: func(t *testing.T, c copyConfig) {
+				if c.fromSnapshot != dir+"/etcd.snapshot" || c.from != "" || c.fromEtcd != nil {
+					t.Errorf("config %+v", c)
+				}
+			}},
+		{name: "snapshot and another source", args: []string{"--from-snapshot", "s.db", "--from", "sqlite://a.db", "--to", "sqlite://x.db"}, wantErr: "exactly one of --from"},
+		{name: "TLS with a snapshot source", args: []string{"--from-snapshot", "s.db", "--to", "sqlite://x.db", "--cacert", "ca.pem"}, wantErr: "only to an etcd endpoint"},
 		{name: "no source", args: []string{"--to", "sqlite://x.db"}, wantErr: "exactly one of --from"},
 		{name: "two sources", args: []string{"--from", "sqlite://a.db", "--from-data-dir", "d", "--to", "sqlite://x.db"}, wantErr: "exactly one of --from"},
 		{name: "no target", args: []string{"--from", "sqlite://a.db"}, wantErr: "exactly one of --to"},

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -23,13 +24,17 @@ import (
 const snapshotUsage = `usage:
   kite snapshot status [-w simple|table|json] FILE
       print a snapshot's HashKV hash, revision, live keys and size (etcdutl's
-      columns; the hash is what 'etcdctl endpoint hashkv' shows)
+      columns; the hash is what 'etcdctl endpoint hashkv' showed on the
+      kite or etcd the snapshot was taken of)
   kite snapshot save [--endpoints URL] FILE
       stream a consistent snapshot from a running kite (or etcd) to FILE,
       exactly as 'etcdctl snapshot save' does (database + sha256 trailer)
   kite snapshot restore --data-dir DIR FILE
-      create DIR from a snapshot saved from kite; start kite with
-      --data-dir DIR afterwards. Refuses to overwrite an existing database.
+      create DIR from a snapshot of kite or of etcd ('etcdctl snapshot
+      save', or the member/snap/db of a stopped etcd); start kite with
+      --data-dir DIR afterwards. Every key keeps its revisions, version, value and lease;
+      leases, the current and the compacted revision are kept.
+      Refuses to overwrite an existing database.
   kite snapshot restore --data-dir DIR --name NAME --initial-cluster N=URL,...
         [--initial-cluster-token T] [--initial-advertise-peer-urls URL] FILE
       create DIR as member NAME of a NEW raftsql cluster holding the
@@ -130,10 +135,7 @@ func runSnapshotRestore(args []string) int {
 		if err != nil {
 			return fatalf("snapshot restore: %v", err)
 		}
-		data, err := os.ReadFile(fs.Arg(0))
-		if err == nil {
-			data, err = stripChecksum(data)
-		}
+		data, err := readSnapshotFile(context.Background(), slog.Default(), fs.Arg(0))
 		if err != nil {
 			return fatalf("snapshot restore: %v", err)
 		}
@@ -145,7 +147,7 @@ func runSnapshotRestore(args []string) int {
 		fmt.Printf("Restored %s into %s at revision %d as member %s of a new cluster\n", fs.Arg(0), *dataDir, rev, *name)
 		return 0
 	}
-	rev, err := restoreSnapshot(context.Background(), fs.Arg(0), *dataDir)
+	rev, err := restoreSnapshot(context.Background(), slog.Default(), fs.Arg(0), *dataDir)
 	if err != nil {
 		return fatalf("snapshot restore: %v", err)
 	}
@@ -153,20 +155,17 @@ func runSnapshotRestore(args []string) int {
 	return 0
 }
 
-// restoreSnapshot checks the snapshot's sha256 trailer (present when the file
-// came through the Snapshot RPC), writes the database into dataDir and opens
-// it once to prove it is a kite database. It returns the restored revision.
-func restoreSnapshot(ctx context.Context, file, dataDir string) (int64, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return 0, fmt.Errorf("read snapshot: %w", err)
-	}
-	if data, err = stripChecksum(data); err != nil {
-		return 0, err
-	}
+// restoreSnapshot writes the kite database of a snapshot file (kite's, or
+// etcd's converted) into dataDir and opens it once to prove it is a kite
+// database. It returns the restored revision.
+func restoreSnapshot(ctx context.Context, log *slog.Logger, file, dataDir string) (int64, error) {
 	dbPath := datastore.SQLitePath("", dataDir)
 	if _, err := os.Stat(dbPath); err == nil {
 		return 0, fmt.Errorf("%s already exists; restore into a new data directory", dbPath)
+	}
+	data, err := readSnapshotFile(ctx, log, file)
+	if err != nil {
+		return 0, err
 	}
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return 0, fmt.Errorf("create data dir: %w", err)
@@ -181,6 +180,24 @@ func restoreSnapshot(ctx context.Context, file, dataDir string) (int64, error) {
 	}
 	defer b.Close()
 	return readRevision(ctx, b)
+}
+
+// readSnapshotFile returns the kite database a snapshot file holds, after
+// checking its sha256 trailer (present when the file came through the
+// Snapshot RPC): a kite snapshot as it is, an etcd snapshot converted
+// (snapshot_etcd.go).
+func readSnapshotFile(ctx context.Context, log *slog.Logger, file string) ([]byte, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("read snapshot: %w", err)
+	}
+	if data, err = stripChecksum(data); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if data, err = snapshotDatabase(ctx, log, data); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return data, nil
 }
 
 // stripChecksum verifies and removes the 32-byte sha256 trailer that etcd's

@@ -66,7 +66,13 @@ func readSnapshotStatus(ctx context.Context, file string) (*snapshotStatus, erro
 		return nil, fmt.Errorf("read snapshot: %w", err)
 	}
 	if data, err = stripChecksum(data); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	switch detectSnapshot(data) {
+	case formatEtcd:
+		return etcdSnapshotStatus(data)
+	case formatUnknown:
+		return nil, fmt.Errorf("%s: %w", file, errUnknownSnapshot)
 	}
 	dir, err := os.MkdirTemp("", "kite-snapshot-status-")
 	if err != nil {
@@ -102,4 +108,29 @@ func readSnapshotStatus(ctx context.Context, file string) (*snapshotStatus, erro
 	}
 	return &snapshotStatus{Hash: h.Hash, Revision: h.HashRevision, TotalKeys: keys,
 		TotalSize: int64(len(data)), Version: version.Version}, nil
+}
+
+// etcdSnapshotStatus reads an etcd snapshot as it is, without converting
+// it: the hash must be etcd's HashKV, which is over etcd's own encoding of
+// the rows (kite's HashKV of a converted copy is over kite's), so that it
+// matches what the etcd it was taken of answered.
+func etcdSnapshotStatus(data []byte) (*snapshotStatus, error) {
+	snap, err := openEtcdSnapshot(data)
+	if err != nil {
+		return nil, err
+	}
+	defer snap.Close()
+	current, compacted, err := snap.revisions()
+	if err != nil {
+		return nil, err
+	}
+	hash, keys, err := snap.hashKV(compacted, current)
+	if err != nil {
+		return nil, fmt.Errorf("hash: %w", err)
+	}
+	v := snap.storageVersion()
+	if v == "" {
+		v = version.Version
+	}
+	return &snapshotStatus{Hash: hash, Revision: current, TotalKeys: keys, TotalSize: int64(len(data)), Version: v}, nil
 }
