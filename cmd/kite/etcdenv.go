@@ -29,6 +29,7 @@ func etcdFlags() []string {
 		"auto-tls", "self-signed-cert-validity", "max-concurrent-streams",
 		"grpc-keepalive-min-time", "grpc-keepalive-interval", "grpc-keepalive-timeout",
 		"listen-peer-urls", "initial-cluster", "initial-cluster-state", "initial-cluster-token",
+		"discovery-srv", "discovery-srv-name",
 		"heartbeat-interval", "election-timeout", "snapshot-count", "max-snapshots", "max-wals",
 		"corrupt-check-time", "peer-cert-file", "peer-key-file", "peer-trusted-ca-file",
 		"peer-client-cert-auth", "peer-auto-tls", "peer-crl-file", "peer-cert-allowed-cn", "snapshot-catchup-entries", "experimental-snapshot-catchup-entries",

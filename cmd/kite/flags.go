@@ -64,13 +64,16 @@ type serveFlags struct {
 	initialCluster      string
 	initialClusterState string
 	initialClusterToken string
-	heartbeatMs         uint
-	electionMs          uint
-	snapshotCount       uint64
-	maxSnapshots        uint
-	maxWALs             uint
-	catchUpEntries      uint64
-	corruptCheckTime    time.Duration
+	// DNS SRV discovery, etcd's (discovery.go).
+	discoverySRV     string
+	discoverySRVName string
+	heartbeatMs      uint
+	electionMs       uint
+	snapshotCount    uint64
+	maxSnapshots     uint
+	maxWALs          uint
+	catchUpEntries   uint64
+	corruptCheckTime time.Duration
 	// raftsql peer TLS, etcd's flags.
 	peerCertFile       string
 	peerKeyFile        string
@@ -137,6 +140,8 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.StringVar(&f.initialCluster, "initial-cluster", "", "Initial cluster configuration for bootstrapping, name=peerURL,... (raftsql).")
 	fs.StringVar(&f.initialClusterState, "initial-cluster-state", "new", "Initial cluster state ('new' or 'existing').")
 	fs.StringVar(&f.initialClusterToken, "initial-cluster-token", "etcd-cluster", "Initial cluster token for the cluster during bootstrap.")
+	fs.StringVar(&f.discoverySRV, "discovery-srv", "", "DNS domain used to bootstrap the initial cluster (raftsql): its _etcd-server-ssl._tcp (https) and _etcd-server._tcp (http) SRV records are the members, this one found by --initial-advertise-peer-urls. Not with --initial-cluster; setting it selects raftsql.")
+	fs.StringVar(&f.discoverySRVName, "discovery-srv-name", "", "Suffix of the SRV services --discovery-srv queries: _etcd-server-ssl-<name>._tcp and _etcd-server-<name>._tcp.")
 	fs.UintVar(&f.heartbeatMs, "heartbeat-interval", 100, "Time (in milliseconds) of a heartbeat interval.")
 	fs.UintVar(&f.electionMs, "election-timeout", 1000, "Time (in milliseconds) for an election to timeout.")
 	fs.Uint64Var(&f.snapshotCount, "snapshot-count", 10000, "Number of committed transactions to trigger a snapshot to disk.")
@@ -200,6 +205,9 @@ func parseServeFlags(args []string, getenv func(string) string) (*serveFlags, er
 			err = fmt.Errorf("invalid value %q for %s: %w", v, env, serr)
 		}
 	})
+	if err == nil {
+		err = f.checkDiscoveryFlags()
+	}
 	if err == nil && f.raftMode() {
 		f.raft, err = f.raftConfig()
 	}
@@ -268,7 +276,7 @@ func disabledIfZero(d time.Duration) time.Duration {
 // raftMode reports whether the flags select raftsql: etcd's cluster flags,
 // or --datastore-endpoint raftsql.
 func (f *serveFlags) raftMode() bool {
-	return f.initialCluster != "" || len(f.listenPeerURLs) > 0 || f.datastoreEndpoint == datastore.KindRaftSQL
+	return f.initialCluster != "" || len(f.listenPeerURLs) > 0 || f.discoverySRV != "" || f.datastoreEndpoint == datastore.KindRaftSQL
 }
 
 // raftConfig turns etcd's cluster flags into a raftsql member's bootstrap.
@@ -282,8 +290,9 @@ func (f *serveFlags) raftConfig() (*raftsql.Config, error) {
 		listenPeer = []string{server.DefaultAdvertisePeerURL}
 	}
 	initial := f.initialCluster
-	if initial == "" {
-		// etcd's default: a cluster of this member alone.
+	if initial == "" && f.discoverySRV == "" {
+		// etcd's default: a cluster of this member alone (with
+		// --discovery-srv, DNS gives the cluster when serving starts).
 		initial = f.name + "=" + strings.Join(advertisePeer, ","+f.name+"=")
 	}
 	cluster, err := raftsql.ParseInitialCluster(initial)

@@ -220,9 +220,9 @@ func TestParseServeFlagsEtcdEnv(t *testing.T) {
 	if f.logFormat != "text" || f.datastoreEndpoint != "" {
 		t.Errorf("kite's own flags read ETCD_ variables: log format %q, datastore %q", f.logFormat, f.datastoreEndpoint)
 	}
-	got := unknownEtcdEnv([]string{"ETCD_NAME=x", "ETCD_INITIAL_CLUSTER=a=b", "ETCD_DISCOVERY_SRV=example.com",
+	got := unknownEtcdEnv([]string{"ETCD_NAME=x", "ETCD_INITIAL_CLUSTER=a=b", "ETCD_DISCOVERY_ENDPOINTS=http://127.0.0.1:2379",
 		"ETCDCTL_API=3", "PATH=/bin", "ETCD_LOG_FORMAT=json"})
-	if want := []string{"ETCD_DISCOVERY_SRV", "ETCD_LOG_FORMAT"}; !slices.Equal(got, want) {
+	if want := []string{"ETCD_DISCOVERY_ENDPOINTS", "ETCD_LOG_FORMAT"}; !slices.Equal(got, want) {
 		t.Errorf("unknown ETCD_ variables = %v; want %v", got, want)
 	}
 }

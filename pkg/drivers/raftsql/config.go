@@ -11,6 +11,7 @@
 package raftsql
 
 import (
+	"context"
 	"crypto/sha1"
 	"encoding/binary"
 	"errors"
@@ -125,9 +126,15 @@ func (c *Config) validate() error {
 	if !ok {
 		return fmt.Errorf("couldn't find local name %q in the initial cluster configuration", c.Name)
 	}
-	if len(c.AdvertisePeer) > 0 && !sameURLs(own, c.AdvertisePeer) {
-		return fmt.Errorf("--initial-cluster has %s=%s but missing from --initial-advertise-peer-urls=%s",
-			c.Name, strings.Join(own, ","), strings.Join(c.AdvertisePeer, ","))
+	if len(c.AdvertisePeer) > 0 {
+		if ok, err := sameResolvedURLs(context.Background(), c.Logger, own, c.AdvertisePeer); !ok {
+			msg := fmt.Sprintf("--initial-cluster has %s=%s but missing from --initial-advertise-peer-urls=%s",
+				c.Name, strings.Join(own, ","), strings.Join(c.AdvertisePeer, ","))
+			if err != nil {
+				return fmt.Errorf("%s (%w)", msg, err)
+			}
+			return errors.New(msg)
+		}
 	}
 	seen := map[string]string{}
 	for name, urls := range c.InitialCluster {
@@ -148,6 +155,9 @@ func (c *Config) validate() error {
 	return nil
 }
 
+// sameURLs reports whether a and b hold the same URL strings. The
+// advertise URLs are compared with --initial-cluster by sameResolvedURLs
+// (resolve.go), which also resolves host names.
 func sameURLs(a, b []string) bool {
 	a, b = slices.Clone(a), slices.Clone(b)
 	slices.Sort(a)
