@@ -15,6 +15,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/etcdmain"
 )
@@ -64,6 +65,12 @@ type clusterMember struct {
 	c       *cluster
 	name    string
 	peerURL string
+	// state is its --initial-cluster-state ("new" when empty): "existing"
+	// for a member added to the running cluster (addMember).
+	state string
+	// removed: taken out of the cluster by MemberRemove; no longer in
+	// --initial-cluster nor among the members the checks visit.
+	removed bool
 }
 
 // startCluster starts n members on fresh data dirs and waits until each
@@ -139,7 +146,9 @@ func startClusterOf(t *testing.T, n int, c *cluster) *cluster {
 func (c *cluster) initialCluster() string {
 	var parts []string
 	for _, m := range c.members {
-		parts = append(parts, m.name+"="+m.peerURL)
+		if !m.removed {
+			parts = append(parts, m.name+"="+m.peerURL)
+		}
 	}
 	return strings.Join(parts, ",")
 }
@@ -149,6 +158,9 @@ func (m *clusterMember) args(token string) []string {
 	args := append(memberArgs(m.name, m.dataDir, m.Endpoint, m.peerURL, m.c.initialCluster(), token), m.c.extra...)
 	if m.c.perMember != nil {
 		args = append(args, m.c.perMember(slices.Index(m.c.members, m))...)
+	}
+	if m.state != "" {
+		args[slices.Index(args, "--initial-cluster-state")+1] = m.state
 	}
 	return args
 }
@@ -351,7 +363,7 @@ func (c *cluster) agreedLeader() (int, error) {
 	var leader uint64
 	idx := -1
 	for i, m := range c.members {
-		if !m.running() {
+		if !m.running() || m.removed {
 			continue
 		}
 		st, err := m.status()
@@ -415,4 +427,85 @@ func putEventually(t *testing.T, m *clusterMember, key, value string, timeout ti
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// live returns the members that are running and not removed.
+func (c *cluster) live() []*clusterMember {
+	var ms []*clusterMember
+	for _, m := range c.members {
+		if m.running() && !m.removed {
+			ms = append(ms, m)
+		}
+	}
+	return ms
+}
+
+// addMember adds a member to the running cluster through via's
+// MemberAdd, as an operator does before starting it, and returns it, not
+// started (startJoined starts it). etcd's quorum check refuses a voter
+// until the members have been connected for 5 s: that answer is retried.
+func (c *cluster) addMember(t *testing.T, via *clusterMember, learner bool) (*clusterMember, *clientv3.MemberAddResponse) {
+	t.Helper()
+	m := &clusterMember{c: c, name: fmt.Sprintf("n%d", len(c.members)), state: "existing"}
+	m.kiteProcess = &kiteProcess{server: &server{name: m.name}, t: t, dataDir: t.TempDir(), port: freePort(t), log: &syncBuffer{}}
+	m.Endpoint = "http://127.0.0.1:" + strconv.Itoa(m.port)
+	m.peerURL = c.scheme + "://127.0.0.1:" + strconv.Itoa(freePort(t))
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var resp *clientv3.MemberAddResponse
+		var err error
+		if learner {
+			resp, err = via.Client.MemberAddAsLearner(ctx, []string{m.peerURL})
+		} else {
+			resp, err = via.Client.MemberAdd(ctx, []string{m.peerURL})
+		}
+		cancel()
+		if err == nil {
+			c.members = append(c.members, m)
+			return m, resp
+		}
+		if !errors.Is(err, rpctypes.ErrUnhealthy) || time.Now().After(deadline) {
+			t.Fatalf("member add %s through %s: %v", m.peerURL, via.name, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// startJoined starts a member added by addMember and waits until it knows
+// a leader and has published its name (every member lists it by name). A
+// learner serves no linearizable read, so none is asked of it.
+func (m *clusterMember) startJoined(t *testing.T) {
+	t.Helper()
+	if err := m.start(); err != nil {
+		t.Fatalf("start member %s: %v\nlog:\n%s", m.name, err, m.log.tail(8192))
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	var last error
+	for time.Now().Before(deadline) {
+		select {
+		case <-m.exited:
+			t.Fatalf("member %s exited (%v) before serving\nlog:\n%s", m.name, m.cmd.ProcessState, m.log.tail(8192))
+		default:
+		}
+		st, err := m.status()
+		if err == nil && st.Leader == 0 {
+			err = errors.New("Status reports no leader")
+		}
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			var resp *clientv3.MemberListResponse
+			resp, err = m.c.live()[0].Client.MemberList(ctx)
+			cancel()
+			if err == nil && !slices.ContainsFunc(resp.Members, func(pm *pb.Member) bool { return pm.Name == m.name }) {
+				err = fmt.Errorf("member list does not name %s yet: %v", m.name, resp.Members)
+			}
+		}
+		if err == nil {
+			return
+		}
+		last = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("joined member %s not serving in time: %v\nlog:\n%s", m.name, last, m.log.tail(8192))
 }

@@ -141,7 +141,7 @@ func (m *clusterMember) memberID(t *testing.T) uint64 {
 func waitApplied(t *testing.T, c *cluster, rev int64) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
-	for _, m := range c.members {
+	for _, m := range c.live() {
 		for {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			resp, err := m.Client.Get(ctx, "\x00", clientv3.WithSerializable())

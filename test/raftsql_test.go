@@ -40,7 +40,7 @@ func sameHashKV(t *testing.T, ctx context.Context, c *cluster, rev int64) {
 	var first *pb.HashKVResponse
 	var lines []string
 	differ := false
-	for _, m := range c.members {
+	for _, m := range c.live() {
 		h, err := m.Maint.HashKV(ctx, &pb.HashKVRequest{Revision: rev})
 		if err != nil {
 			t.Fatalf("HashKV at revision %d on %s: %v", rev, m.name, err)

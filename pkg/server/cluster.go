@@ -10,6 +10,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -20,20 +21,11 @@ import (
 var errNeedsRaftSQL = status.Error(codes.FailedPrecondition,
 	"etcdserver: membership changes need kite's raftsql mode; this server is a single-member cluster")
 
-// errMembershipNotYet answers membership changes in raftsql mode, whose
-// raft configuration changes are not built yet: the cluster keeps the
-// members it was bootstrapped with.
-var errMembershipNotYet = status.Error(codes.Unimplemented,
-	"etcdserver: kite's raftsql mode does not support membership changes yet; the cluster keeps its bootstrap members")
-
-// refuseChange answers a membership change of member id: etcd's "member
-// not found" for an unknown one, else the reason kite cannot do it.
+// refuseChange answers a membership change in sqlite or postgres mode:
+// etcd's "member not found" for an unknown member, else the reason.
 func (s *clusterServer) refuseChange(id uint64) error {
 	if !slices.ContainsFunc(s.members(), func(m *pb.Member) bool { return m.ID == id }) {
 		return rpctypes.ErrGRPCMemberNotFound
-	}
-	if s.hdr.raft != nil {
-		return errMembershipNotYet
 	}
 	return errNeedsRaftSQL
 }
@@ -80,6 +72,17 @@ type Clustered interface {
 	// MoveLeader hands leadership to member target and waits until it
 	// leads, with etcd's errors (not leader, bad transferee, timeout).
 	MoveLeader(ctx context.Context, target uint64) error
+	// AddMember, RemoveMember, UpdateMember and PromoteMember change the
+	// membership through the replicated log and return the members after
+	// the change, with etcd's errors (member exists, not found, not a
+	// learner, learner not ready, not enough started members, ...).
+	AddMember(ctx context.Context, peerURLs []string, learner bool) (*pb.Member, []*pb.Member, error)
+	RemoveMember(ctx context.Context, id uint64) ([]*pb.Member, error)
+	UpdateMember(ctx context.Context, id uint64, peerURLs []string) ([]*pb.Member, error)
+	PromoteMember(ctx context.Context, id uint64) ([]*pb.Member, error)
+	// IsLearner reports whether this member is a learner, which serves
+	// only Status and serializable reads, as etcd's learners.
+	IsLearner() bool
 	Err() <-chan error
 }
 
@@ -114,34 +117,109 @@ func (s *clusterServer) MemberList(ctx context.Context, r *pb.MemberListRequest)
 	return &pb.MemberListResponse{Header: s.header(), Members: s.members()}, nil
 }
 
-// MemberAdd checks the URLs as etcd does before refusing the change.
+// MemberAdd checks the URLs as etcd does, then adds the member in
+// raftsql mode; other modes are a single member and refuse.
 func (s *clusterServer) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (*pb.MemberAddResponse, error) {
-	for _, u := range r.PeerURLs {
-		if !validPeerURL(u) {
-			return nil, rpctypes.ErrGRPCMemberBadURLs
-		}
+	urls, err := peerURLs(r.PeerURLs)
+	if err != nil {
+		return nil, err
 	}
-	if s.hdr.raft != nil {
-		return nil, errMembershipNotYet
+	if s.hdr.raft == nil {
+		return nil, errNeedsRaftSQL
 	}
-	return nil, errNeedsRaftSQL
+	m, ms, err := s.hdr.raft.AddMember(ctx, urls, r.IsLearner)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.MemberAddResponse{Header: s.header(), Member: m, Members: ms}, nil
 }
 
 func (s *clusterServer) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
-	return nil, s.refuseChange(r.ID)
+	if s.hdr.raft == nil {
+		return nil, s.refuseChange(r.ID)
+	}
+	ms, err := s.hdr.raft.RemoveMember(ctx, r.ID)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.MemberRemoveResponse{Header: s.header(), Members: ms}, nil
 }
 
 func (s *clusterServer) MemberUpdate(ctx context.Context, r *pb.MemberUpdateRequest) (*pb.MemberUpdateResponse, error) {
-	return nil, s.refuseChange(r.ID)
+	urls, err := peerURLs(r.PeerURLs)
+	if err != nil {
+		return nil, err
+	}
+	if s.hdr.raft == nil {
+		return nil, s.refuseChange(r.ID)
+	}
+	ms, err := s.hdr.raft.UpdateMember(ctx, r.ID, urls)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.MemberUpdateResponse{Header: s.header(), Members: ms}, nil
 }
 
-// MemberPromote of the only member, which is a voter: etcd's "can only
-// promote a learner member".
+// MemberPromote: a single member is a voter, so etcd's "can only promote
+// a learner member" unless it is not the member at all.
 func (s *clusterServer) MemberPromote(ctx context.Context, r *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
-	if !slices.ContainsFunc(s.members(), func(m *pb.Member) bool { return m.ID == r.ID }) {
-		return nil, rpctypes.ErrGRPCMemberNotFound
+	if s.hdr.raft == nil {
+		if !slices.ContainsFunc(s.members(), func(m *pb.Member) bool { return m.ID == r.ID }) {
+			return nil, rpctypes.ErrGRPCMemberNotFound
+		}
+		return nil, rpctypes.ErrGRPCMemberNotLearner
 	}
-	return nil, rpctypes.ErrGRPCMemberNotLearner
+	ms, err := s.hdr.raft.PromoteMember(ctx, r.ID)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.MemberPromoteResponse{Header: s.header(), Members: ms}, nil
+}
+
+// peerURLs checks URLs as etcd's types.NewURLs does and returns them
+// trimmed and sorted, as etcd stores them.
+func peerURLs(raw []string) ([]string, error) {
+	if len(raw) == 0 {
+		return nil, rpctypes.ErrGRPCMemberBadURLs
+	}
+	urls := make([]string, len(raw))
+	for i, u := range raw {
+		if !validPeerURL(u) {
+			return nil, rpctypes.ErrGRPCMemberBadURLs
+		}
+		urls[i] = strings.TrimSpace(u)
+	}
+	slices.Sort(urls)
+	return urls, nil
+}
+
+// learnerUnary and learnerStream refuse what etcd's learners refuse:
+// everything but Status and serializable Range, and every stream but
+// Snapshot.
+func learnerUnary(hdr *header) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if hdr.raft != nil && hdr.raft.IsLearner() {
+			switch r := req.(type) {
+			case *pb.StatusRequest:
+			case *pb.RangeRequest:
+				if !r.Serializable {
+					return nil, rpctypes.ErrGRPCNotSupportedForLearner
+				}
+			default:
+				return nil, rpctypes.ErrGRPCNotSupportedForLearner
+			}
+		}
+		return handler(ctx, req)
+	}
+}
+
+func learnerStream(hdr *header) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if hdr.raft != nil && hdr.raft.IsLearner() && info.FullMethod != pb.Maintenance_Snapshot_FullMethodName {
+			return rpctypes.ErrGRPCNotSupportedForLearner
+		}
+		return handler(srv, ss)
+	}
 }
 
 // validPeerURL applies etcd's types.NewURLs rules: http or https, a

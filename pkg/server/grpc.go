@@ -39,8 +39,8 @@ const streamWorkers = 64
 // limit and keepalive policy, a panic barrier, and prometheus metrics.
 func newGRPCServer(log *slog.Logger, cfg Config, metrics *grpcprom.ServerMetrics, svc services) *grpc.Server {
 	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor(), recoverUnary(log)),
-		grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor(), recoverStream(log)),
+		grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor(), recoverUnary(log), learnerUnary(svc.cluster.hdr)),
+		grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor(), recoverStream(log), learnerStream(svc.cluster.hdr)),
 		// Room above MaxRequestBytes so an oversized write reaches the
 		// handler and gets etcd's ErrGRPCRequestTooLarge.
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes + grpcOverheadBytes),

@@ -193,6 +193,7 @@ type member struct {
 	Name       string   `json:"name"`
 	PeerURLs   []string `json:"peerURLs"`
 	ClientURLs []string `json:"clientURLs,omitempty"`
+	IsLearner  bool     `json:"isLearner,omitempty"`
 }
 
 // initialMembers lists the members of --initial-cluster in ID order.

@@ -75,7 +75,7 @@ func (n *Node) checkHashes() error {
 	if err != nil {
 		return fmt.Errorf("own hash: %w", err)
 	}
-	for _, m := range n.members {
+	for _, m := range n.memberList() {
 		if m.ID == n.id || len(m.PeerURLs) == 0 {
 			continue
 		}

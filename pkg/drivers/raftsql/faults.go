@@ -27,7 +27,7 @@ func (n *Node) handleFaults(mux *http.ServeMux) {
 				http.Error(w, "POST only", http.StatusMethodNotAllowed)
 				return
 			}
-			for _, m := range n.members {
+			for _, m := range n.memberList() {
 				if m.ID != n.id {
 					f(types.ID(m.ID))
 				}

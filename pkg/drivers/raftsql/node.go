@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/types"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/rafthttp"
@@ -40,7 +39,13 @@ type Node struct {
 	zlog *zap.Logger
 
 	id, clusterID uint64
-	members       []member // the cluster as bootstrapped, in ID order
+	// members are the cluster's members as of the applied index, in ID
+	// order, and removed the IDs removed from it (membership.go);
+	// bootstrap the members this member was started or joined with.
+	memberMu  sync.RWMutex
+	members   []member
+	removed   map[uint64]bool
+	bootstrap []member
 
 	db          *localDB
 	wal         *wal.WAL
@@ -48,6 +53,7 @@ type Node struct {
 	storage     *raft.MemoryStorage
 	raftCfg     *raft.Config
 	restart     bool // raft state came from the WAL
+	joined      bool // a new member of a running cluster: raft starts empty
 	node        raft.Node
 	transport   *rafthttp.Transport
 	peerLns     []net.Listener
@@ -56,14 +62,13 @@ type Node struct {
 
 	applier mvcc.Applier
 
-	// clients caches other members' client URLs (peer.go).
-	clientMu sync.Mutex
-	clients  map[uint64][]string
-
 	// Written by the apply loop, or by the Ready loop while the apply loop
 	// is idle (a received snapshot).
 	confState *raftpb.ConfState
 	snapIndex uint64
+	// lastApplied is the applied state a snapshot sent to a follower
+	// describes (snapshot.go).
+	lastApplied atomic.Pointer[appliedState]
 
 	// applied is the index of the last entry applied to the database;
 	// appliedc is closed and replaced each time it moves.
@@ -105,6 +110,9 @@ type walMetadata struct {
 	ClusterID uint64   `json:"clusterID"`
 	Token     string   `json:"token"`
 	Members   []member `json:"members"`
+	// Joined: the member joined a running cluster, whose members Members
+	// lists as they were then.
+	Joined bool `json:"joined,omitempty"`
 }
 
 // Open checks the bootstrap, opens or creates the WAL and the database, and
@@ -113,7 +121,8 @@ type walMetadata struct {
 func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	cfg.setDefaults()
 	n := &Node{cfg: cfg, log: cfg.Logger.With("component", "raftsql"), appliedc: make(chan struct{}),
-		primary: make(chan bool, 16), errc: make(chan error, 1), applyc: make(chan applyJob, 64)}
+		primary: make(chan bool, 16), errc: make(chan error, 1), applyc: make(chan applyJob, 64),
+		removed: map[uint64]bool{}}
 	n.zlog = newZapLogger(n.log)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	defer func() {
@@ -126,6 +135,13 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	dbPath := filepath.Join(cfg.DataDir, "kite.db")
 	n.storage = raft.NewMemoryStorage()
 
+	// Peer TLS first: joining a cluster asks its members over it.
+	if err := n.setupPeerTLS(); err != nil {
+		return nil, err
+	}
+	if n.peerClient, err = n.newPeerClient(); err != nil {
+		return nil, err
+	}
 	var meta walMetadata
 	if wal.Exist(walDir) {
 		n.restart = true
@@ -137,19 +153,22 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		if err := cfg.validate(); err != nil {
 			return nil, err
 		}
-		if cfg.ClusterState == "existing" {
-			return nil, fmt.Errorf("--initial-cluster-state=existing needs a member added with 'member add' (cluster membership changes are not supported yet); bootstrap a new cluster with --initial-cluster-state=new")
-		}
 		if _, err := os.Stat(dbPath); err == nil {
 			return nil, fmt.Errorf("data dir %s holds a kite database but no raft log: it belongs to a single-node kite or another cluster; start raftsql in an empty data dir (kite copy moves the data)", cfg.DataDir)
 		}
-		meta = walMetadata{Name: cfg.Name, Token: cfg.Token, Members: cfg.initialMembers()}
-		meta.MemberID = memberID(cfg.InitialCluster[cfg.Name], cfg.Token)
-		ids := make([]uint64, len(meta.Members))
-		for i, m := range meta.Members {
-			ids[i] = m.ID
+		if cfg.ClusterState == "existing" {
+			if meta, err = n.joinCluster(ctx); err != nil {
+				return nil, err
+			}
+		} else {
+			meta = walMetadata{Name: cfg.Name, Token: cfg.Token, Members: cfg.initialMembers()}
+			meta.MemberID = memberID(cfg.InitialCluster[cfg.Name], cfg.Token)
+			ids := make([]uint64, len(meta.Members))
+			for i, m := range meta.Members {
+				ids[i] = m.ID
+			}
+			meta.ClusterID = clusterID(ids)
 		}
-		meta.ClusterID = clusterID(ids)
 		if err := os.MkdirAll(snapDir, 0o700); err != nil {
 			return nil, fmt.Errorf("create snapshot dir: %w", err)
 		}
@@ -160,8 +179,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 		n.confState = &raftpb.ConfState{}
 	}
-	n.id, n.clusterID, n.members = meta.MemberID, meta.ClusterID, meta.Members
-	n.loadClientURLs()
+	n.id, n.clusterID, n.bootstrap, n.joined = meta.MemberID, meta.ClusterID, meta.Members, meta.Joined
 	n.ids = newIDGenerator(n.id, time.Now())
 	n.waits = newWaitList()
 	n.reads = newReadBarrier(n)
@@ -197,18 +215,12 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		// confirmed by a heartbeat round (ReadOnlySafe).
 	}
 
-	if err := n.setupPeerTLS(); err != nil {
-		return nil, err
-	}
 	for _, u := range cfg.ListenPeer {
 		l, err := n.listenPeer(u)
 		if err != nil {
 			return nil, err
 		}
 		n.peerLns = append(n.peerLns, l)
-	}
-	if n.peerClient, err = n.newPeerClient(); err != nil {
-		return nil, err
 	}
 	return n, nil
 }
@@ -245,8 +257,10 @@ func (n *Node) openWAL(walDir string, cfg Config) (walMetadata, error) {
 	if cfg.Name != "" && cfg.Name != meta.Name {
 		return meta, fmt.Errorf("data dir %s belongs to member %q, not %q (--name)", cfg.DataDir, meta.Name, cfg.Name)
 	}
-	if urls, ok := cfg.InitialCluster[cfg.Name]; ok && memberID(urls, cfg.Token) != meta.MemberID {
-		return meta, fmt.Errorf("data dir %s belongs to member %x of cluster %x (cluster token %q), which --initial-cluster and --initial-cluster-token %q do not name: it is another cluster's data",
+	// The token, not the member ID from --initial-cluster: a member whose
+	// peer URLs 'member update' changed restarts with its new URLs.
+	if cfg.Token != meta.Token {
+		return meta, fmt.Errorf("data dir %s belongs to member %x of cluster %x (cluster token %q), not to a cluster with --initial-cluster-token %q: it is another cluster's data",
 			cfg.DataDir, meta.MemberID, meta.ClusterID, meta.Token, cfg.Token)
 	}
 	n.confState = &raftpb.ConfState{}
@@ -256,6 +270,13 @@ func (n *Node) openWAL(walDir string, cfg Config) (walMetadata, error) {
 		}
 		n.confState = snapshot.GetMetadata().GetConfState()
 		n.snapIndex = snapshot.GetMetadata().GetIndex()
+		if err := n.loadState(snapshot.GetData()); err != nil {
+			return meta, err
+		}
+		if n.IsIDRemoved(meta.MemberID) {
+			return meta, fmt.Errorf("member %x: %w; its data dir %s cannot serve again (add a new member with 'member add' and an empty data dir)",
+				meta.MemberID, errRemoved, cfg.DataDir)
+		}
 	}
 	if hs != nil {
 		if err := n.storage.SetHardState(hs); err != nil {
@@ -283,12 +304,15 @@ func (n *Node) ClusterID() uint64 { return n.clusterID }
 // committed entries flow to a.
 func (n *Node) Start(a mvcc.Applier) error {
 	n.applier = a
-	if n.restart {
+	if n.restart || n.joined {
+		// A joining member's log starts empty: the leader sends it the
+		// entries, or a snapshot, that define the cluster.
 		n.node = raft.RestartNode(n.raftCfg)
 	} else {
-		peers := make([]raft.Peer, len(n.members))
-		for i, m := range n.members {
-			ctx, _ := json.Marshal(m)
+		// A new cluster's first entries add its members, names included.
+		peers := make([]raft.Peer, len(n.bootstrap))
+		for i, m := range n.bootstrap {
+			ctx, _ := json.Marshal(confChangeContext{member: m})
 			peers[i] = raft.Peer{ID: m.ID, Context: ctx}
 		}
 		n.node = raft.StartNode(n.raftCfg, peers)
@@ -308,7 +332,9 @@ func (n *Node) Start(a mvcc.Applier) error {
 	if err := n.transport.Start(); err != nil {
 		return fmt.Errorf("start peer transport: %w", err)
 	}
-	for _, m := range n.members {
+	// The peers known now; the log's configuration changes add and remove
+	// them from here on (membership.go).
+	for _, m := range n.memberList() {
 		if m.ID != n.id {
 			n.transport.AddPeer(types.ID(m.ID), m.PeerURLs)
 		}
@@ -327,16 +353,8 @@ func (n *Node) Start(a mvcc.Applier) error {
 	n.wg.Go(n.applyLoop)
 	n.wg.Go(n.reads.loop)
 	n.wg.Go(n.corruptLoop)
+	n.wg.Go(n.publish)
 	return nil
-}
-
-func (n *Node) self() member {
-	for _, m := range n.members {
-		if m.ID == n.id {
-			return m
-		}
-	}
-	return member{ID: n.id}
 }
 
 func mustURLs(us []string) types.URLs {
@@ -403,16 +421,6 @@ func (n *Node) closeResources() error {
 // the term, the last committed and the last applied index.
 func (n *Node) RaftStatus() (leader, term, index, applied uint64) {
 	return n.lead.Load(), n.term.Load(), n.committed.Load(), n.applied.Load()
-}
-
-// Members returns the cluster's members in ID order, as MemberList
-// reports them.
-func (n *Node) Members() []*pb.Member {
-	ms := make([]*pb.Member, len(n.members))
-	for i, m := range n.members {
-		ms[i] = &pb.Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: n.clientURLs(m.ID)}
-	}
-	return ms
 }
 
 // errLeaderTransferTimeout is etcd's answer (Unavailable, as its unmapped

@@ -3,13 +3,10 @@ package raftsql
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -22,11 +19,9 @@ import (
 )
 
 // The peer URLs serve etcd's raft transport and, under /kite/, what a
-// member asks of another: its client URLs (for MemberList) and, of the
-// leader, lease renewals and TimeToLive, which only the leader's clocks
+// member asks of another: the members (join.go) and, of the leader, lease renewals and TimeToLive, which only the leader's clocks
 // can answer (etcd forwards them to its leader the same way).
 const (
-	pathMember   = "/kite/member"
 	pathRenew    = "/kite/lease/renew"
 	pathLeaseTTL = "/kite/lease/ttl"
 )
@@ -36,7 +31,6 @@ const (
 func (n *Node) Process(ctx context.Context, m *raftpb.Message) error {
 	return n.node.Step(ctx, m)
 }
-func (n *Node) IsIDRemoved(id uint64) bool  { return false }
 func (n *Node) ReportUnreachable(id uint64) { n.node.ReportUnreachable(id) }
 func (n *Node) ReportSnapshot(id uint64, status raft.SnapshotStatus) {
 	n.node.ReportSnapshot(id, status)
@@ -51,10 +45,7 @@ type leaseAuthority interface {
 func (n *Node) peerHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/", n.transport.Handler())
-	mux.HandleFunc(pathMember, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(member{ID: n.id, Name: n.cfg.Name, PeerURLs: n.self().PeerURLs, ClientURLs: n.cfg.AdvertiseClient})
-	})
+	n.handleMembership(mux)
 	mux.HandleFunc(pathHashKV, n.hashKVHandler)
 	n.handleFaults(mux)
 	mux.HandleFunc(pathRenew, func(w http.ResponseWriter, r *http.Request) {
@@ -191,85 +182,6 @@ func (n *Node) postPeer(ctx context.Context, url string, body []byte, resp proto
 		return true, mvcc.ErrLeaseNotFound
 	}
 	return false, fmt.Errorf("leader answered %s: %s", hr.Status, bytes.TrimSpace(b))
-}
-
-func (n *Node) memberByID(id uint64) (member, bool) {
-	for _, m := range n.members {
-		if m.ID == id {
-			return m, true
-		}
-	}
-	return member{}, false
-}
-
-// clientURLs returns a member's client URLs, asked of it once (members
-// publish them, as etcd's publish their attributes).
-func (n *Node) clientURLs(id uint64) []string {
-	if id == n.id {
-		return n.cfg.AdvertiseClient
-	}
-	n.clientMu.Lock()
-	urls, ok := n.clients[id]
-	n.clientMu.Unlock()
-	if ok {
-		return urls
-	}
-	m, ok := n.memberByID(id)
-	if !ok || len(m.PeerURLs) == 0 {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(n.ctx, time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.PeerURLs[0]+pathMember, nil)
-	if err != nil {
-		return nil
-	}
-	hr, err := n.peerClient.Do(req)
-	if err != nil {
-		return nil
-	}
-	defer hr.Body.Close()
-	var got member
-	if hr.StatusCode != http.StatusOK || json.NewDecoder(hr.Body).Decode(&got) != nil || got.ID != id {
-		return nil
-	}
-	n.clientMu.Lock()
-	if n.clients == nil {
-		n.clients = map[uint64][]string{}
-	}
-	n.clients[id] = got.ClientURLs
-	saved, _ := json.Marshal(n.clients)
-	n.clientMu.Unlock()
-	// Kept on disk, so a member that is down later is still listed with
-	// its client URLs (endpoint status --cluster reports it as down).
-	if err := writeFileAtomic(n.clientsPath(), saved); err != nil {
-		n.log.Warn("save members' client URLs", "err", err)
-	}
-	return got.ClientURLs
-}
-
-func (n *Node) clientsPath() string {
-	return filepath.Join(n.cfg.DataDir, "member", "client_urls.json")
-}
-
-// loadClientURLs reads the client URLs learnt before a restart.
-func (n *Node) loadClientURLs() {
-	b, err := os.ReadFile(n.clientsPath())
-	if err != nil {
-		return
-	}
-	var m map[uint64][]string
-	if json.Unmarshal(b, &m) == nil {
-		n.clients = m
-	}
-}
-
-func writeFileAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 func mustMarshal(m proto.Message) []byte {

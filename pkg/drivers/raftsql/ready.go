@@ -216,13 +216,22 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 		last = max(last, idx)
 		switch e.GetType() {
 		case raftpb.EntryType_EntryNormal:
-			if idx <= applied || len(e.Data) == 0 {
-				// Already in the database, or a new leader's empty entry.
-				continue
+			if len(e.Data) == 0 {
+				continue // a new leader's empty entry
 			}
 			r := &pb.InternalRaftRequest{}
 			if err := proto.Unmarshal(e.Data, r); err != nil {
 				return fmt.Errorf("decode entry %d: %w", idx, err)
+			}
+			if r.ClusterMemberAttrSet != nil {
+				// Membership is not in the database: applied again on
+				// every restart, as configuration changes are.
+				n.applyAttributes(r.ClusterMemberAttrSet)
+				n.waits.trigger(r.GetHeader().GetID(), mvcc.Outcome{})
+				continue
+			}
+			if idx <= applied {
+				continue // already in the database
 			}
 			batch = append(batch, mvcc.Entry{Index: idx, Req: r})
 		case raftpb.EntryType_EntryConfChange:
@@ -237,7 +246,7 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 			if err := proto.Unmarshal(e.Data, cc); err != nil {
 				return fmt.Errorf("decode conf change %d: %w", idx, err)
 			}
-			n.confState = n.node.ApplyConfChange(cc)
+			n.applyConfChange(cc)
 		default:
 			return fmt.Errorf("entry %d: unsupported type %v", idx, e.GetType())
 		}
@@ -246,6 +255,9 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 		return err
 	}
 	n.setApplied(last)
+	if e := ents[len(ents)-1]; e.GetIndex() == last {
+		n.noteApplied(last, e.GetTerm())
+	}
 	return nil
 }
 

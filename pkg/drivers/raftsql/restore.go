@@ -61,7 +61,7 @@ func Restore(ctx context.Context, cfg Config, db []byte) (int64, error) {
 		return 0, err
 	}
 	zlog := zap.NewNop()
-	data, _ := json.Marshal(members)
+	data, _ := json.Marshal(clusterState{Members: members})
 	cs := &raftpb.ConfState{Voters: ids}
 	s := &raftpb.Snapshot{Data: data, Metadata: &raftpb.SnapshotMetadata{
 		Index: proto.Uint64(index), Term: proto.Uint64(1), ConfState: cs}}

@@ -1,12 +1,12 @@
 package raftsql
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/fileutil"
+	"go.etcd.io/etcd/client/pkg/v3/types"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/snap"
 	"go.etcd.io/etcd/server/v3/storage/wal/walpb"
 	"go.etcd.io/raft/v3"
@@ -35,8 +35,7 @@ func (n *Node) maybeSnapshot() {
 		n.log.Warn("sync database before a snapshot", "err", err)
 		return
 	}
-	data, _ := json.Marshal(n.members)
-	snapshot, err := n.storage.CreateSnapshot(applied, n.confState, data)
+	snapshot, err := n.storage.CreateSnapshot(applied, n.confState, n.stateJSON())
 	if err != nil {
 		if !errors.Is(err, raft.ErrSnapOutOfDate) {
 			n.log.Warn("create snapshot", "index", applied, "err", err)
@@ -95,12 +94,22 @@ func (n *Node) installSnapshot(s *raftpb.Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("read applied index of the received database: %w", err)
 	}
-	if applied < md.GetIndex() {
-		return fmt.Errorf("received database applied index %d is older than its snapshot %d", applied, md.GetIndex())
-	}
+	// The database records the index of the last write it applied; the
+	// entries after it up to the snapshot's index changed membership only,
+	// which the snapshot's data carries.
+	applied = max(applied, md.GetIndex())
 	// Through setApplied, which wakes the reads waiting for an index.
 	n.setApplied(applied)
 	n.confState = md.GetConfState()
+	if err := n.loadState(s.GetData()); err != nil {
+		return err
+	}
+	n.noteApplied(md.GetIndex(), md.GetTerm())
+	for _, m := range n.memberList() {
+		if m.ID != n.id {
+			n.transport.AddPeer(types.ID(m.ID), m.PeerURLs)
+		}
+	}
 	if err := n.applier.Restore(n.ctx); err != nil {
 		return fmt.Errorf("reload the store from the received database: %w", err)
 	}
@@ -110,6 +119,16 @@ func (n *Node) installSnapshot(s *raftpb.Snapshot) error {
 // sendSnapshot sends m with a copy of this node's database, copied in the
 // background so the Ready loop goes on.
 func (n *Node) sendSnapshot(m *raftpb.Message) {
+	// As etcd merges its snapshot message: the database sent is newer
+	// than raft's last snapshot, so the message says what it holds, the
+	// applied index with the configuration and members as of it. A member
+	// added after raft's snapshot is then in the configuration it receives
+	// (raft ignores a snapshot whose configuration lacks the receiver).
+	if st := n.lastApplied.Load(); st != nil && st.index >= m.GetSnapshot().GetMetadata().GetIndex() {
+		m = proto.Clone(m).(*raftpb.Message)
+		m.Snapshot.Metadata = &raftpb.SnapshotMetadata{Index: proto.Uint64(st.index), Term: proto.Uint64(st.term), ConfState: st.confState}
+		m.Snapshot.Data = st.members
+	}
 	n.wg.Go(func() {
 		rc, size, err := n.Snapshot(n.ctx)
 		if err != nil {
@@ -146,4 +165,19 @@ func (n *Node) purgeOldFiles(snapDir, walDir string) {
 		n.log.Warn("purge WAL files", "err", err)
 	case <-stop:
 	}
+}
+
+// appliedState is what a snapshot sent to a follower describes: the last
+// applied entry, and the configuration and members after it.
+type appliedState struct {
+	index, term uint64
+	confState   *raftpb.ConfState
+	members     []byte
+}
+
+// noteApplied records the applied state after an apply batch (on the
+// apply loop, or the Ready loop while the apply loop is idle).
+func (n *Node) noteApplied(index, term uint64) {
+	n.lastApplied.Store(&appliedState{index: index, term: term,
+		confState: proto.Clone(n.confState).(*raftpb.ConfState), members: n.stateJSON()})
 }

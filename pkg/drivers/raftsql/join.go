@@ -1,0 +1,200 @@
+package raftsql
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/status"
+)
+
+// Joining a running cluster (--initial-cluster-state existing) and the
+// peer endpoints membership needs: a new member asks the members of
+// --initial-cluster for the cluster as it is (etcd asks their /members),
+// and a follower forwards MemberPromote to the leader.
+const (
+	pathMembers = "/kite/members"
+	pathPromote = "/kite/members/promote"
+)
+
+// remoteCluster is what pathMembers answers.
+type remoteCluster struct {
+	ClusterID uint64   `json:"clusterID"`
+	Members   []member `json:"members"`
+}
+
+func (n *Node) handleMembership(mux *http.ServeMux) {
+	mux.HandleFunc(pathMembers, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(remoteCluster{ClusterID: n.clusterID, Members: n.memberList()})
+	})
+	mux.HandleFunc(pathPromote, func(w http.ResponseWriter, r *http.Request) {
+		id, err := strconv.ParseUint(r.URL.Query().Get("id"), 16, 64)
+		if r.Method != http.MethodPost || err != nil {
+			http.Error(w, "POST ?id=HEX", http.StatusBadRequest)
+			return
+		}
+		var out struct {
+			Error string `json:"error,omitempty"`
+		}
+		if n.lead.Load() != n.id {
+			out.Error = status.Convert(rpctypes.ErrGRPCNotLeader).Message()
+		} else if _, err := n.PromoteMember(r.Context(), id); err != nil {
+			out.Error = status.Convert(err).Message()
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out)
+	})
+}
+
+// promoteAtLeader forwards MemberPromote to the leader, retrying while
+// there is none or it changes, until the request timeout.
+func (n *Node) promoteAtLeader(ctx context.Context, id uint64) ([]*pb.Member, error) {
+	ctx, cancel := context.WithTimeout(ctx, n.requestTimeout())
+	defer cancel()
+	for {
+		if m, ok := n.memberByID(n.lead.Load()); ok && m.ID != n.id && len(m.PeerURLs) > 0 {
+			errText, err := n.postPromote(ctx, m.PeerURLs[0], id)
+			switch {
+			case err == nil && errText == "":
+				return n.Members(), nil
+			case err == nil && errText != status.Convert(rpctypes.ErrGRPCNotLeader).Message():
+				return nil, promoteError(errText)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, rpctypes.ErrGRPCTimeout
+		case <-n.ctx.Done():
+			return nil, rpctypes.ErrGRPCStopped
+		case <-time.After(n.cfg.Heartbeat):
+		}
+	}
+}
+
+func (n *Node) postPromote(ctx context.Context, peerURL string, id uint64) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("%s%s?id=%x", peerURL, pathPromote, id), nil)
+	if err != nil {
+		return "", err
+	}
+	hr, err := n.peerClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer hr.Body.Close()
+	var out struct {
+		Error string `json:"error"`
+	}
+	if hr.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("leader answered %s", hr.Status)
+	}
+	if err := json.NewDecoder(hr.Body).Decode(&out); err != nil {
+		return "", err
+	}
+	return out.Error, nil
+}
+
+// promoteError turns the leader's answer back into etcd's error.
+func promoteError(text string) error {
+	for _, e := range []error{rpctypes.ErrGRPCMemberNotFound, rpctypes.ErrGRPCMemberNotLearner,
+		rpctypes.ErrGRPCLearnerNotReady, rpctypes.ErrGRPCMemberNotEnoughStarted, rpctypes.ErrGRPCTimeout,
+		rpctypes.ErrGRPCNoLeader, rpctypes.ErrGRPCStopped} {
+		if status.Convert(e).Message() == text {
+			return e
+		}
+	}
+	return errors.New(text)
+}
+
+// joinCluster asks the other members of --initial-cluster for the
+// cluster, finds this member in it by its peer URLs (a 'member add' put
+// it there), and checks, as etcd does, that --initial-cluster names the
+// cluster's members and that this member has not started before.
+func (n *Node) joinCluster(ctx context.Context) (walMetadata, error) {
+	cfg := n.cfg
+	own := cfg.InitialCluster[cfg.Name]
+	var rc remoteCluster
+	var last error = errors.New("no other member in --initial-cluster")
+	found := false
+	for name, urls := range cfg.InitialCluster {
+		if name == cfg.Name || found {
+			continue
+		}
+		for _, u := range urls {
+			if last = n.getMembers(ctx, u, &rc); last == nil {
+				found = true
+				break
+			}
+		}
+	}
+	if !found {
+		return walMetadata{}, fmt.Errorf("could not retrieve the cluster's members from the other members of --initial-cluster (--initial-cluster-state existing): %w", last)
+	}
+	if len(rc.Members) != len(cfg.InitialCluster) {
+		return walMetadata{}, fmt.Errorf("--initial-cluster has %d members but the cluster has %d (%s): name every member, this one included",
+			len(cfg.InitialCluster), len(rc.Members), describe(rc.Members))
+	}
+	var self *member
+	for i, m := range rc.Members {
+		matched := false
+		for _, urls := range cfg.InitialCluster {
+			if sameURLs(urls, m.PeerURLs) {
+				matched = true
+			}
+		}
+		if !matched {
+			return walMetadata{}, fmt.Errorf("--initial-cluster does not name the cluster's member %x (peer URLs %s)", m.ID, strings.Join(m.PeerURLs, ","))
+		}
+		if sameURLs(own, m.PeerURLs) {
+			self = &rc.Members[i]
+		}
+	}
+	if self == nil {
+		return walMetadata{}, fmt.Errorf("no member of the cluster has peer URLs %s: add this member with 'etcdctl member add %s --peer-urls=%s' first",
+			strings.Join(own, ","), cfg.Name, strings.Join(own, ","))
+	}
+	if self.Name != "" {
+		return walMetadata{}, fmt.Errorf("member %x has already been bootstrapped (as %q): its data dir is gone; remove it and add it again", self.ID, self.Name)
+	}
+	n.log.Info("joining the cluster", "member", fmt.Sprintf("%x", self.ID), "cluster", fmt.Sprintf("%x", rc.ClusterID),
+		"members", describe(rc.Members))
+	return walMetadata{Name: cfg.Name, MemberID: self.ID, ClusterID: rc.ClusterID, Token: cfg.Token, Members: rc.Members, Joined: true}, nil
+}
+
+func (n *Node) getMembers(ctx context.Context, peerURL string, rc *remoteCluster) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, peerURL+pathMembers, nil)
+	if err != nil {
+		return err
+	}
+	hr, err := n.peerClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer hr.Body.Close()
+	if hr.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s answered %s", peerURL, hr.Status)
+	}
+	if err := json.NewDecoder(hr.Body).Decode(rc); err != nil {
+		return fmt.Errorf("%s: %w", peerURL, err)
+	}
+	return nil
+}
+
+func describe(ms []member) string {
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		parts[i] = fmt.Sprintf("%x=%s", m.ID, strings.Join(m.PeerURLs, ","))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, " ")
+}
