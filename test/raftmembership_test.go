@@ -274,3 +274,82 @@ func TestRaftSQLMemberUpdate(t *testing.T) {
 		t.Fatalf("linearizable get on the updated member: %v %v", got, err)
 	}
 }
+
+// TestRaftSQLEtcdctlMemberAdd: etcdctl's own procedure, word for word: a
+// member added with `etcdctl member add`, then started with exactly the
+// ETCD_ variables etcdctl printed (plus its listen and data flags), listed
+// by `member list`, and removed with `member remove`.
+func TestRaftSQLEtcdctlMemberAdd(t *testing.T) {
+	c := startCluster(t, 3)
+	ctx := testCtx(t, 2*time.Minute)
+	n3 := &clusterMember{c: c, name: "n3", state: "existing"}
+	n3.kiteProcess = &kiteProcess{server: &server{name: n3.name}, t: t, dataDir: t.TempDir(), port: freePort(t), log: &syncBuffer{}}
+	n3.Endpoint = "http://127.0.0.1:" + strconv.Itoa(n3.port)
+	n3.peerURL = "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+
+	var out string
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var err error
+		out, err = ctl(t, c.members[0].Endpoint, "", "member", "add", n3.name, "--peer-urls="+n3.peerURL)
+		if err == nil {
+			break
+		}
+		// etcd's quorum check wants peers connected for 5 s.
+		if !strings.Contains(out, "unhealthy cluster") || time.Now().After(deadline) {
+			t.Fatalf("etcdctl member add: %v\n%s", err, out)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("etcdctl member add:\n%s", out)
+	var env []string
+	for _, l := range strings.Split(out, "\n") {
+		if k, v, ok := strings.Cut(l, "="); ok && strings.HasPrefix(k, "ETCD_") {
+			env = append(env, k+"="+strings.Trim(v, `"`))
+		}
+	}
+	wantCluster := c.initialCluster() + "," + n3.name + "=" + n3.peerURL
+	if !slices.Contains(env, "ETCD_INITIAL_CLUSTER_STATE=existing") || !slices.Contains(env, "ETCD_NAME=n3") ||
+		!slices.ContainsFunc(env, func(e string) bool {
+			got, ok := strings.CutPrefix(e, "ETCD_INITIAL_CLUSTER=")
+			return ok && sameSet(strings.Split(got, ","), strings.Split(wantCluster, ","))
+		}) {
+		t.Fatalf("etcdctl member add printed %v; want ETCD_NAME=n3, ETCD_INITIAL_CLUSTER=%s, ETCD_INITIAL_CLUSTER_STATE=existing", env, wantCluster)
+	}
+	c.members = append(c.members, n3)
+	args := []string{"--data-dir", n3.dataDir, "--listen-client-urls", n3.Endpoint, "--advertise-client-urls", n3.Endpoint,
+		"--listen-peer-urls", n3.peerURL, "--heartbeat-interval", "50", "--election-timeout", "500", "--log-level", raftLogLevel}
+	if err := startMemberWith(n3, args, env); err != nil {
+		t.Fatal(err)
+	}
+	if err := n3.waitServing(time.Now().Add(30 * time.Second)); err != nil {
+		t.Fatalf("member started from etcdctl's variables: %v\nlog:\n%s", err, n3.log.tail(8192))
+	}
+	checkLiveMembers(t, ctx, c)
+	list, err := ctl(t, n3.Endpoint, "", "member", "list")
+	if err != nil || !strings.Contains(list, ", started, n3, "+n3.peerURL+", "+n3.Endpoint+", false") {
+		t.Fatalf("etcdctl member list on the new member: %v\n%s", err, list)
+	}
+	resp := putEventually(t, n3, "ctl/k", "v", 10*time.Second)
+	waitApplied(t, c, resp.Header.Revision)
+	sameHashKV(t, ctx, c, resp.Header.Revision)
+
+	if out, err := ctl(t, c.members[1].Endpoint, "", "member", "remove", fmt.Sprintf("%x", n3.memberID(t))); err != nil {
+		t.Fatalf("etcdctl member remove: %v\n%s", err, out)
+	}
+	n3.removed = true
+	select {
+	case <-n3.exited:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("removed member still running\nlog:\n%s", n3.log.tail(8192))
+	}
+	n3.Kill()
+	checkLiveMembers(t, ctx, c)
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
