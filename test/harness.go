@@ -4,7 +4,10 @@
 //
 // KITE_TEST_DATASTORE=postgres runs every kite these tests start on a fresh
 // Postgres database (pkg/drivers/postgres/pgtest says where Postgres is
-// found) instead of its default embedded SQLite.
+// found) instead of its default embedded SQLite; KITE_TEST_DATASTORE=raftsql
+// makes every kite one member of a fresh 3-member raftsql cluster, and
+// raftsql-restored the same with every member's data dir made by `kite
+// snapshot restore` from an empty kite's snapshot.
 //
 // Debugging aid: KITE_TEST_AGAINST_ETCD=1 replaces the kite process with a
 // second embedded etcd, which proves the tests themselves on etcd-vs-etcd.
@@ -21,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +38,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kite-db/kite/pkg/drivers/postgres/pgtest"
+	"github.com/kite-db/kite/pkg/drivers/sqlite"
+	"github.com/kite-db/kite/pkg/mvcc"
 )
 
 var (
@@ -62,10 +68,10 @@ func freshStorageFlags(t testing.TB) []string {
 		return nil
 	case "postgres":
 		return []string{"--datastore-endpoint", pgtest.NewDatabase(t)}
-	case "raftsql":
+	case "raftsql", "raftsql-restored":
 		return raftPeers(t)
 	}
-	t.Fatalf("KITE_TEST_DATASTORE=%q: want sqlite, postgres or raftsql", datastore)
+	t.Fatalf("KITE_TEST_DATASTORE=%q: want sqlite, postgres, raftsql or raftsql-restored", datastore)
 	return nil
 }
 
@@ -89,10 +95,29 @@ func raftPeers(t testing.TB) []string {
 	}
 	common := []string{"--initial-cluster", strings.Join(cluster, ","), "--initial-cluster-state", "new",
 		"--initial-cluster-token", fmt.Sprintf("kite-test-%d", time.Now().UnixNano())}
+	dirs := make([]string, len(names))
+	for i := range names {
+		dirs[i] = t.TempDir()
+	}
+	restored := datastore == "raftsql-restored"
+	if restored {
+		// Every member's data dir made by `kite snapshot restore` from a
+		// snapshot of an empty kite, as etcdutl restores a cluster: the
+		// suites then run on a cluster that began from a restore.
+		snap := emptySnapshot(t)
+		for i, name := range names {
+			args := append([]string{"snapshot", "restore", "--data-dir", dirs[i], "--name", name,
+				"--initial-advertise-peer-urls", peers[i]}, common...)
+			args = slices.DeleteFunc(args, func(a string) bool { return a == "--initial-cluster-state" || a == "new" })
+			if out, err := exec.Command(kiteBin, append(args, snap)...).CombinedOutput(); err != nil {
+				t.Fatalf("kite %v: %v\n%s", args, err, out)
+			}
+		}
+	}
 	for i := 1; i < len(names); i++ {
 		ep := "http://127.0.0.1:" + strconv.Itoa(freePort(t))
 		log := &syncBuffer{}
-		cmd := exec.Command(kiteBin, append([]string{"--name", names[i], "--data-dir", t.TempDir(),
+		cmd := exec.Command(kiteBin, append([]string{"--name", names[i], "--data-dir", dirs[i],
 			"--listen-client-urls", ep, "--advertise-client-urls", ep, "--log-level", "warn",
 			"--listen-peer-urls", peers[i], "--initial-advertise-peer-urls", peers[i]}, common...)...)
 		cmd.Stdout, cmd.Stderr = log, log
@@ -108,7 +133,34 @@ func raftPeers(t testing.TB) []string {
 			}
 		})
 	}
-	return append([]string{"--listen-peer-urls", peers[0], "--initial-advertise-peer-urls", peers[0]}, common...)
+	flags := append([]string{"--listen-peer-urls", peers[0], "--initial-advertise-peer-urls", peers[0]}, common...)
+	if restored {
+		flags = append(flags, "--data-dir", dirs[0]) // the last --data-dir wins
+	}
+	return flags
+}
+
+// emptySnapshot writes the database of a kite that holds nothing yet
+// (revision 1, as a new etcd) and returns its path.
+func emptySnapshot(t testing.TB) string {
+	t.Helper()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "empty.db")
+	b, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := mvcc.Open(ctx, b, mvcc.Config{})
+	if err == nil {
+		err = s.Close()
+	}
+	if cerr := b.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatalf("empty kite database: %v", err)
+	}
+	return path
 }
 
 func moduleRoot() (string, error) {

@@ -131,7 +131,7 @@ func startKiteTLS(t *testing.T, setup tlsSetup) (string, error) {
 		// A raftsql member answers /health once its cluster has a leader,
 		// as etcd's does.
 		if l := log.tail(1 << 20); strings.Contains(l, "serving client traffic securely") &&
-			(datastore != "raftsql" || strings.Contains(l, "elected leader")) {
+			(!strings.HasPrefix(datastore, "raftsql") || strings.Contains(l, "elected leader")) {
 			return addr, nil
 		}
 		time.Sleep(100 * time.Millisecond)
