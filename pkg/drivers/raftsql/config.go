@@ -155,16 +155,6 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// sameURLs reports whether a and b hold the same URL strings. The
-// advertise URLs are compared with --initial-cluster by sameResolvedURLs
-// (resolve.go), which also resolves host names.
-func sameURLs(a, b []string) bool {
-	a, b = slices.Clone(a), slices.Clone(b)
-	slices.Sort(a)
-	slices.Sort(b)
-	return slices.Equal(a, b)
-}
-
 // memberID is etcd's: the first 8 bytes of sha1(sorted peer URLs, then the
 // cluster token), big-endian, so two clusters bootstrapped with different
 // tokens never mistake each other's members.

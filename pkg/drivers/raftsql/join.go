@@ -142,18 +142,23 @@ func (n *Node) joinCluster(ctx context.Context) (walMetadata, error) {
 		return walMetadata{}, fmt.Errorf("--initial-cluster has %d members but the cluster has %d (%s): name every member, this one included",
 			len(cfg.InitialCluster), len(rc.Members), describe(rc.Members))
 	}
+	// As etcd compares them: equal as written, or once names resolve.
+	same := func(a, b []string) bool {
+		ok, _ := sameResolvedURLs(ctx, n.log, a, b)
+		return ok
+	}
 	var self *member
 	for i, m := range rc.Members {
 		matched := false
 		for _, urls := range cfg.InitialCluster {
-			if sameURLs(urls, m.PeerURLs) {
+			if same(urls, m.PeerURLs) {
 				matched = true
 			}
 		}
 		if !matched {
 			return walMetadata{}, fmt.Errorf("--initial-cluster does not name the cluster's member %x (peer URLs %s)", m.ID, strings.Join(m.PeerURLs, ","))
 		}
-		if sameURLs(own, m.PeerURLs) {
+		if same(own, m.PeerURLs) {
 			self = &rc.Members[i]
 		}
 	}
