@@ -320,3 +320,38 @@ func TestRaftSQLMemberListWithMemberDown(t *testing.T) {
 	}
 	t.Fatalf("down member %s not listed: %v", c.members[2].name, resp.Members)
 }
+
+// TestRaftSQLApplyFailureStopsMember: a member whose database refuses a
+// committed write (injected: the kite-only fail-apply hook) stops instead
+// of serving a state that differs from the others'; the cluster goes on,
+// and the member restarted replays the entry from its WAL and converges.
+func TestRaftSQLApplyFailureStopsMember(t *testing.T) {
+	if againstEtcd {
+		t.Skip("the fault is a kite test hook")
+	}
+	c := startCluster(t, 3)
+	ctx := testCtx(t, time.Minute)
+	l := c.leaderIndex(t)
+	f := c.members[c.others(l)[0]]
+	f.fault(t, "fail-apply")
+	if _, err := c.members[l].Client.Put(ctx, "fail/1", "a"); err != nil {
+		t.Fatalf("put through the leader: %v", err)
+	}
+	select {
+	case <-f.exited:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("member %s still running after its apply failed\nlog:\n%s", f.name, f.log.tail(8192))
+	}
+	if out := f.log.tail(1 << 20); !strings.Contains(out, "test fault") || f.cmd.ProcessState.ExitCode() == 0 {
+		t.Fatalf("member %s exited (%v) without reporting the failed apply:\n%s", f.name, f.cmd.ProcessState, f.log.tail(4096))
+	}
+	last := putEventually(t, c.members[l], "fail/2", "b", 10*time.Second).Header.Revision
+	f.Kill()
+	f.Restart()
+	waitApplied(t, c, last)
+	sameHashKV(t, ctx, c, last)
+	got, err := f.Client.Get(ctx, "fail/", clientv3.WithPrefix(), clientv3.WithSerializable())
+	if err != nil || len(got.Kvs) != 2 {
+		t.Fatalf("restarted member's keys: %v %v; want fail/1 and fail/2", got, err)
+	}
+}

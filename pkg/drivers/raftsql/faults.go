@@ -1,6 +1,7 @@
 package raftsql
 
 import (
+	"errors"
 	"net/http"
 
 	"go.etcd.io/etcd/client/pkg/v3/types"
@@ -11,11 +12,18 @@ import (
 // messages are dropped both ways, as by a network partition, while clients
 // still reach it), and /kite/test/heal, which mends the links. Tests use
 // them to partition a leader without network namespaces; a member started
-// without the setting does not serve them.
+// without the setting does not serve them. /kite/test/fail-apply makes the
+// next apply on this member fail as a storage error would (the database
+// is left as it was), to test that a member stops rather than serve a
+// state that differs from the others', and recovers on restart.
 const (
-	pathIsolate = "/kite/test/isolate"
-	pathHeal    = "/kite/test/heal"
+	pathIsolate   = "/kite/test/isolate"
+	pathHeal      = "/kite/test/heal"
+	pathFailApply = "/kite/test/fail-apply"
 )
+
+// errTestApplyFault is the storage error /kite/test/fail-apply injects.
+var errTestApplyFault = errors.New("test fault: the database refused the write")
 
 func (n *Node) handleFaults(mux *http.ServeMux) {
 	if !n.cfg.TestFaults {
@@ -37,4 +45,12 @@ func (n *Node) handleFaults(mux *http.ServeMux) {
 	}
 	mux.HandleFunc(pathIsolate, each(n.transport.CutPeer))
 	mux.HandleFunc(pathHeal, each(n.transport.MendPeer))
+	mux.HandleFunc(pathFailApply, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.Error(w, "POST only", http.StatusMethodNotAllowed)
+			return
+		}
+		n.failApply.Store(true)
+		n.log.Warn("test fault: the next apply fails")
+	})
 }
