@@ -43,7 +43,7 @@ func TestRaftSQLPeerTLS(t *testing.T) {
 	sameHashKV(t, ctx, c, rev)
 
 	// The peer URL itself: a handshake without a good certificate fails.
-	peer := c.members[1].peerURL + "/kite/member"
+	peer := c.members[1].peerURL + "/kite/members"
 	try := func(cert *tlstest.Cert) error {
 		cfg := &tls.Config{RootCAs: tlstest.Pool(ca)}
 		if cert != nil {
