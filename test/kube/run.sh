@@ -5,8 +5,10 @@
 # Builds kite, kube-apiserver, kube-controller-manager, kubectl and etcdctl
 # (Go build cache makes repeats fast), starts kite, kube-apiserver and a
 # kube-controller-manager running only the namespace and garbage-collector
-# controllers, then runs a kubectl workload that checks results. Exits non-zero
-# on any failed check; every process it starts is stopped on exit.
+# controllers, checks that kube-apiserver accepts every manifest under
+# deploy/kubernetes (kubectl apply --dry-run=server), then runs a kubectl
+# workload that checks results. Exits non-zero on any failed check; every
+# process it starts is stopped on exit.
 #
 # Environment:
 #   KITE_KUBE_KEEP=1   keep the work directory (logs, data) after the run, and
@@ -449,6 +451,41 @@ log "starting kube-controller-manager (namespace, garbage-collector controllers)
   --cert-dir="$WORK/kcm-certs" \
   --v=1 >"$LOGS/kube-controller-manager.log" 2>&1 &
 PIDS[kube-controller-manager]=$!
+
+# ------------------------------------------- manifests in deploy/kubernetes
+# Every manifest the repository ships must be accepted by this
+# kube-apiserver: a server-side dry run of each file (defaulting, validation,
+# admission; kubectl's strict field validation refuses unknown fields). The
+# namespaces they name are created first, for real: a dry run cannot create
+# the namespace its other objects need.
+log "deploy/kubernetes manifests: kubectl apply --dry-run=server"
+dry_run() { kubectl apply --dry-run=server -f "$1" >"$LOGS/dry-run.log" 2>&1; } # dry_run FILE
+mapfile -t MANIFESTS < <(find "$ROOT/deploy/kubernetes" -type f \( -name '*.yaml' -o -name '*.yml' \) | sort)
+if [ "${#MANIFESTS[@]}" -eq 0 ]; then
+  fail "no manifest under $ROOT/deploy/kubernetes"
+else
+  for ns in $(sed -n 's/^  namespace: *\([a-z0-9-]*\).*/\1/p' "${MANIFESTS[@]}" | sort -u); do
+    kubectl get namespace "$ns" >/dev/null 2>&1 || kubectl create namespace "$ns" >/dev/null ||
+      fail "create namespace $ns"
+  done
+  for m in "${MANIFESTS[@]}"; do
+    if dry_run "$m"; then
+      pass "kubectl apply --dry-run=server accepts ${m#"$ROOT"/} ($(grep -c 'server dry run' "$LOGS/dry-run.log") objects)"
+    else
+      fail "kubectl apply --dry-run=server refuses ${m#"$ROOT"/}: $(tr '\n' ' ' <"$LOGS/dry-run.log")"
+    fi
+  done
+  # ... and that dry run does refuse a broken manifest: a field misspelt.
+  BROKEN=${MANIFESTS[0]}
+  sed 's/^\( *\)containers:/\1containerz:/' "$BROKEN" >"$WORK/broken-manifest.yaml"
+  if dry_run "$WORK/broken-manifest.yaml"; then
+    fail "kubectl apply --dry-run=server accepted ${BROKEN#"$ROOT"/} with 'containers' misspelt"
+  elif grep -q 'unknown field.*containerz' "$LOGS/dry-run.log"; then
+    pass "kubectl apply --dry-run=server refuses ${BROKEN#"$ROOT"/} with 'containers' misspelt (unknown field)"
+  else
+    fail "dry run of ${BROKEN#"$ROOT"/} with 'containers' misspelt: $(tr '\n' ' ' <"$LOGS/dry-run.log")"
+  fi
+fi
 
 # ---------------------------------------------------------------- workload
 log "namespaces"
