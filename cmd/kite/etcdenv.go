@@ -20,10 +20,11 @@ const etcdEnvPrefix = "ETCD_"
 // --datastore-* flags of k3s) read only their KITE_ variable.
 func etcdFlags() []string {
 	return []string{
-		"name", "data-dir", "listen-client-urls", "advertise-client-urls", "initial-advertise-peer-urls",
+		"name", "data-dir", "listen-client-urls", "listen-metrics-urls", "advertise-client-urls", "initial-advertise-peer-urls",
 		"max-request-bytes", "max-txn-ops", "quota-backend-bytes",
 		"watch-progress-notify-interval", "experimental-watch-progress-notify-interval",
-		"auto-compaction-mode", "auto-compaction-retention", "log-level", "enable-pprof",
+		"auto-compaction-mode", "auto-compaction-retention", "log-level", "logger", "log-outputs",
+		"warning-apply-duration", "enable-pprof",
 		"cert-file", "key-file", "trusted-ca-file", "client-cert-auth", "client-crl-file",
 		"client-cert-allowed-hostname", "cipher-suites", "tls-min-version", "tls-max-version",
 		"auto-tls", "self-signed-cert-validity", "max-concurrent-streams",

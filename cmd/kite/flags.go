@@ -30,6 +30,7 @@ type serveFlags struct {
 	name                    string
 	dataDir                 string
 	listenClientURLs        urlsFlag
+	listenMetricsURLs       urlsFlag
 	advertiseClientURLs     urlsFlag
 	advertisePeerURLs       urlsFlag
 	maxRequestBytes         uint
@@ -39,6 +40,9 @@ type serveFlags struct {
 	autoCompactionMode      string
 	autoCompactionRetention string
 	logLevel                string
+	logger                  string
+	logOutputs              string
+	warningApplyDuration    time.Duration
 	logFormat               string
 	enablePprof             bool
 
@@ -108,6 +112,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.StringVar(&f.dataDir, "data-dir", "./default.kite", "Path to the data directory (created 0700; the database is kite.db in it).")
 	f.listenClientURLs = urlsFlag{server.DefaultListenClientURL}
 	fs.Var(&f.listenClientURLs, "listen-client-urls", "Comma-separated `URLs` to serve clients on: http://host:port or unix:///path.")
+	fs.Var(&f.listenMetricsURLs, "listen-metrics-urls", "Comma-separated extra `URLs` serving only /metrics, /health, /livez and /readyz: http://host:port or unix:///path.")
 	fs.Var(&f.advertisePeerURLs, "initial-advertise-peer-urls", "Comma-separated peer `URLs` of this member as member lists report them (default: etcd's http://localhost:2380).")
 	fs.Var(&f.advertiseClientURLs, "advertise-client-urls", "Comma-separated client `URLs` reported to clients in member lists (default: the listen URLs).")
 	fs.UintVar(&f.maxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "Maximum client request size in bytes the server will accept.")
@@ -118,6 +123,9 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.StringVar(&f.autoCompactionMode, "auto-compaction-mode", server.CompactionModePeriodic, "Interpret 'auto-compaction-retention' as one of: 'periodic' (a duration) or 'revision' (a revision count).")
 	fs.StringVar(&f.autoCompactionRetention, "auto-compaction-retention", "0", "Auto compaction retention: for periodic a duration ('1h', '30m') or a number of hours; for revision a number of revisions. 0 disables.")
 	fs.StringVar(&f.logLevel, "log-level", "info", "Log level: debug, info, warn or error.")
+	fs.StringVar(&f.logger, "logger", "zap", "Accepted for etcd's command lines: 'zap', etcd's only logger (kite logs through log/slog in --log-format).")
+	fs.StringVar(&f.logOutputs, "log-outputs", "default", "Comma-separated log destinations, as etcd: 'default' or 'stderr', 'stdout', or file paths (appended to).")
+	fs.DurationVar(&f.warningApplyDuration, "warning-apply-duration", server.DefaultWarningApplyDuration, "Log a key-value or lease request that takes longer, as etcd's \"apply request took too long\".")
 	fs.StringVar(&f.logFormat, "log-format", "text", "Log format: text or json.")
 	fs.BoolVar(&f.enablePprof, "enable-pprof", false, "Enable runtime profiling data via HTTP server at /debug/pprof/ on the client URLs.")
 	fs.StringVar(&f.certFile, "cert-file", "", "Path to the client server TLS cert file (served on https:// client URLs; reread on every handshake).")
@@ -234,12 +242,14 @@ func (f *serveFlags) config(log *slog.Logger) server.Config {
 			return datastore.Open(ctx, ds)
 		},
 		ListenClientURLs:            f.listenClientURLs,
+		ListenMetricsURLs:           f.listenMetricsURLs,
 		AdvertiseClientURLs:         f.advertiseClientURLs,
 		AdvertisePeerURLs:           f.advertisePeerURLs,
 		MaxRequestBytes:             int(f.maxRequestBytes),
 		MaxTxnOps:                   int(f.maxTxnOps),
 		QuotaBackendBytes:           f.quotaBackendBytes,
 		WatchProgressNotifyInterval: f.watchProgressNotify,
+		WarningApplyDuration:        f.warningApplyDuration,
 		AutoCompactionMode:          f.autoCompactionMode,
 		AutoCompactionRetention:     f.autoCompactionRetention,
 		EnablePprof:                 f.enablePprof,
@@ -356,6 +366,13 @@ func (f *serveFlags) newLogger(w io.Writer) (*slog.Logger, error) {
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
 	}
+	if f.logger != "" && f.logger != "zap" {
+		return nil, fmt.Errorf("--logger: unknown logger option %q (etcd's only logger is zap)", f.logger)
+	}
+	w, err := f.logWriter(w)
+	if err != nil {
+		return nil, err
+	}
 	opts := &slog.HandlerOptions{Level: level}
 	switch f.logFormat {
 	case "text":
@@ -365,6 +382,31 @@ func (f *serveFlags) newLogger(w io.Writer) (*slog.Logger, error) {
 	default:
 		return nil, fmt.Errorf("--log-format %q: want text or json", f.logFormat)
 	}
+}
+
+// logWriter is where --log-outputs sends the log: "default" and "stderr"
+// are def (the process's stderr), "stdout" stdout, anything else a file
+// the log is appended to (kept open for the life of the process).
+func (f *serveFlags) logWriter(def io.Writer) (io.Writer, error) {
+	var ws []io.Writer
+	for _, out := range strings.Split(f.logOutputs, ",") {
+		switch out = strings.TrimSpace(out); out {
+		case "", "default", "stderr":
+			ws = append(ws, def)
+		case "stdout":
+			ws = append(ws, os.Stdout)
+		default:
+			file, err := os.OpenFile(out, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+			if err != nil {
+				return nil, fmt.Errorf("--log-outputs: %w", err)
+			}
+			ws = append(ws, file)
+		}
+	}
+	if len(ws) == 1 {
+		return ws[0], nil
+	}
+	return io.MultiWriter(ws...), nil
 }
 
 // urlsFlag is a comma-separated list of URLs. Setting it replaces the

@@ -2,6 +2,7 @@ package mvcc
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ const kvOverhead = 256
 type quota struct {
 	limit int64 // <= 0: no quota
 	b     Backend
+	log   *slog.Logger
 
 	mu        sync.Mutex // guards the fields below
 	size      int64
@@ -30,7 +32,18 @@ type quota struct {
 	// exceeded is set when a request found the quota exhausted, so the
 	// requests after it are refused while the NOSPACE alarm is raised.
 	exceeded bool
+	// nearWarned: the "near its quota" warning was logged and is not
+	// repeated until the size falls back below nearQuotaClear.
+	nearWarned bool
 }
+
+// An operator is warned when the database passes nearQuotaWarn of its
+// quota, before NOSPACE stops writes; once, until it falls below
+// nearQuotaClear (compaction and defragmentation).
+const (
+	nearQuotaWarn  = 0.9
+	nearQuotaClear = 0.8
+)
 
 // check admits or refuses a write request. raise reports that this request
 // found the quota exhausted: the caller raises the NOSPACE alarm.
@@ -120,7 +133,20 @@ func (q *quota) refresh(ctx context.Context) {
 	}
 	q.mu.Lock()
 	q.size, q.checkedAt = size, time.Now()
+	warn := false
+	if q.limit > 0 {
+		switch ratio := float64(size) / float64(q.limit); {
+		case ratio >= nearQuotaWarn && !q.nearWarned:
+			q.nearWarned, warn = true, true
+		case ratio < nearQuotaClear:
+			q.nearWarned = false
+		}
+	}
 	q.mu.Unlock()
+	if warn && q.log != nil {
+		q.log.Warn("database size is near its quota: compact and defragment, or raise --quota-backend-bytes, before NOSPACE refuses writes",
+			"size_bytes", size, "quota_bytes", q.limit, "used_percent", int(100*float64(size)/float64(q.limit)))
+	}
 }
 
 func growsDatabase(r *pb.InternalRaftRequest) bool {

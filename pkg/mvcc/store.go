@@ -109,7 +109,7 @@ func Open(ctx context.Context, b Backend, cfg Config) (*Store, error) {
 		log:    cfg.Logger.With("component", "mvcc"),
 		writec: make(chan *pending, cfg.MaxBatch),
 		lessor: newLessor(time.Now),
-		quota:  &quota{limit: cfg.QuotaBackendBytes, b: b},
+		quota:  &quota{limit: cfg.QuotaBackendBytes, b: b, log: cfg.Logger.With("component", "quota")},
 		stopc:  make(chan struct{}),
 
 		pageCounts: newPageCounts(),
@@ -525,6 +525,11 @@ func (s *Store) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.
 // Primary reports whether this Store runs the jobs that must run once per
 // storage (always true unless the storage is shared).
 func (s *Store) Primary() bool { return s.primary.Load() }
+
+// SlowWatchers returns how many watchers are not on the live feed: their
+// client reads too slowly, or they are catching up from history (etcd's
+// etcd_debugging_mvcc_slow_watcher_total).
+func (s *Store) SlowWatchers() int { return s.hub.slowWatchers() }
 
 // Revisions returns the current and compacted revisions.
 func (s *Store) Revisions() (current, compacted int64) {

@@ -57,6 +57,9 @@ type watchHub struct {
 	unsynced map[*watcher]struct{}
 	streams  map[*WatchStream]struct{}
 	closed   bool
+	// slowWarned is when a slow client was last logged (at most every
+	// slowWarnEvery: under load many fall behind at once).
+	slowWarned time.Time
 
 	syncc  chan struct{} // wakes syncLoop
 	ctx    context.Context
@@ -157,11 +160,35 @@ func (h *watchHub) publish(rev int64, changes []Change) {
 		resp := &pb.WatchResponse{Header: header(rev), WatchId: w.id, Events: batches[w]}
 		if !w.stream.tryEnqueue(resp) {
 			h.unsyncLocked(w, rev)
+			h.warnSlowLocked()
 			continue
 		}
 		w.next = rev + 1
 		w.progressDue = false
 	}
+}
+
+// slowWarnEvery bounds how often slow watchers are logged.
+const slowWarnEvery = 10 * time.Second
+
+// warnSlowLocked says that a watcher's client does not read its events as
+// fast as they come (its stream queue is full), as operators learn of
+// etcd's slow watchers: it is caught up from history instead of the live
+// feed, which costs reads.
+func (h *watchHub) warnSlowLocked() {
+	if now := time.Now(); now.Sub(h.slowWarned) >= slowWarnEvery {
+		h.slowWarned = now
+		h.log.Warn("slow watchers: a watch client is not reading its events as fast as they are written; its watchers are caught up from history",
+			"unsynced_watchers", len(h.unsynced), "revision", h.rev)
+	}
+}
+
+// slowWatchers is etcd's slow_watcher_total: the watchers not on the live
+// feed (behind a full stream, or catching up from history).
+func (h *watchHub) slowWatchers() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.unsynced)
 }
 
 // skipTo moves the hub past revisions it will never be handed (they were

@@ -62,6 +62,10 @@ type Config struct {
 	// https://host:port (TLS, see TLS), unix:///abs/path or unix://rel/path
 	// (unixs:// for TLS on a socket). Default http://127.0.0.1:2379.
 	ListenClientURLs []string
+	// ListenMetricsURLs are extra plain HTTP URLs (http://host:port or a
+	// unix socket) that serve only /metrics, /health, /livez and /readyz
+	// (etcd --listen-metrics-urls).
+	ListenMetricsURLs []string
 	// AdvertisePeerURLs are this member's peer URLs as MemberList reports
 	// them (etcd --initial-advertise-peer-urls; default etcd's
 	// http://localhost:2380). A single kite member has no peers to talk to.
@@ -112,6 +116,11 @@ type Config struct {
 	// the HTTP side of every client URL (etcd --enable-pprof).
 	EnablePprof bool
 
+	// WarningApplyDuration: a key-value or lease request that takes longer
+	// is logged as etcd's "apply request took too long" (etcd
+	// --warning-apply-duration; default 100ms).
+	WarningApplyDuration time.Duration
+
 	// Logger receives every log line. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -144,6 +153,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.WatchProgressNotifyInterval < minWatchProgressNotifyInterval {
 		c.WatchProgressNotifyInterval = minWatchProgressNotifyInterval
+	}
+	if c.WarningApplyDuration <= 0 {
+		c.WarningApplyDuration = DefaultWarningApplyDuration
 	}
 	if c.MaxConcurrentStreams == 0 {
 		c.MaxConcurrentStreams = DefaultMaxConcurrentStreams
@@ -178,6 +190,13 @@ func (c Config) validate() error {
 	for _, u := range c.ListenClientURLs {
 		if _, _, _, err := parseListenURL(u); err != nil {
 			return err
+		}
+	}
+	for _, u := range c.ListenMetricsURLs {
+		if _, _, secure, err := parseListenURL(u); err != nil {
+			return fmt.Errorf("--listen-metrics-urls: %w", err)
+		} else if secure {
+			return fmt.Errorf("--listen-metrics-urls %q: kite serves metrics over plain http only", u)
 		}
 	}
 	return c.TLS.validate(c.ListenClientURLs)

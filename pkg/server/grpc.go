@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 )
 
@@ -36,10 +37,13 @@ type services struct {
 const streamWorkers = 64
 
 // newGRPCServer builds the gRPC server with etcd's message limits, stream
-// limit and keepalive policy, a panic barrier, and prometheus metrics.
-func newGRPCServer(log *slog.Logger, cfg Config, metrics *grpcprom.ServerMetrics, svc services) *grpc.Server {
+// limit and keepalive policy, a panic barrier, and prometheus metrics
+// (etcd's grpc_server_* through metrics, its client byte counts through
+// bytes).
+func newGRPCServer(log *slog.Logger, cfg Config, metrics *grpcprom.ServerMetrics, bytes stats.Handler, svc services) *grpc.Server {
 	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor(), recoverUnary(log), learnerUnary(svc.cluster.hdr)),
+		grpc.StatsHandler(bytes),
+		grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor(), recoverUnary(log), slowUnary(log, cfg.WarningApplyDuration), learnerUnary(svc.cluster.hdr)),
 		grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor(), recoverStream(log), learnerStream(svc.cluster.hdr)),
 		// Room above MaxRequestBytes so an oversized write reaches the
 		// handler and gets etcd's ErrGRPCRequestTooLarge.

@@ -31,14 +31,14 @@ type healthResult struct {
 // /metrics (prometheus), and with enablePprof net/http/pprof under
 // /debug/pprof/ as etcd --enable-pprof does. etcd's JSON gRPC gateway
 // (/v3/...) is not served.
-func newHTTPHandler(log *slog.Logger, store *mvcc.Store, hdr *header, reg *prometheus.Registry, enablePprof bool) http.Handler {
+func newHTTPHandler(log *slog.Logger, store *mvcc.Store, hdr *header, reg *prometheus.Registry, gatherer prometheus.Gatherer, enablePprof bool) http.Handler {
 	h := &httpHandlers{log: log, store: store, hdr: hdr}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/health", h.health)
 	mux.HandleFunc("/livez", h.livez)
 	mux.HandleFunc("/readyz", h.readyz)
 	mux.HandleFunc("/version", h.version)
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{Registry: reg}))
 	if enablePprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

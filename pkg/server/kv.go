@@ -19,6 +19,7 @@ type kvServer struct {
 	hdr             *header
 	maxTxnOps       int
 	maxRequestBytes int
+	metrics         *kvMetrics
 }
 
 var _ pb.KVServer = (*kvServer)(nil)
@@ -31,6 +32,7 @@ func (s *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 	if err != nil {
 		return nil, toGRPCError(err)
 	}
+	s.metrics.rangeDone()
 	resp.Header = s.hdr.fill(resp.Header)
 	return resp, nil
 }
@@ -42,10 +44,13 @@ func (s *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, 
 	if err := s.checkSize(&pb.InternalRaftRequest{Put: r}); err != nil {
 		return nil, err
 	}
+	done := s.metrics.write()
 	resp, err := s.store.Put(ctx, r)
+	done(err)
 	if err != nil {
 		return nil, toGRPCError(err)
 	}
+	s.metrics.putDone(r)
 	resp.Header = s.hdr.fill(resp.Header)
 	return resp, nil
 }
@@ -57,10 +62,13 @@ func (s *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 	if err := s.checkSize(&pb.InternalRaftRequest{DeleteRange: r}); err != nil {
 		return nil, err
 	}
+	done := s.metrics.write()
 	resp, err := s.store.DeleteRange(ctx, r)
+	done(err)
 	if err != nil {
 		return nil, toGRPCError(err)
 	}
+	s.metrics.deleteDone(r)
 	resp.Header = s.hdr.fill(resp.Header)
 	return resp, nil
 }
@@ -74,10 +82,16 @@ func (s *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 			return nil, err
 		}
 	}
+	done := func(error) {}
+	if !isTxnReadonly(r) {
+		done = s.metrics.write()
+	}
 	resp, err := s.store.Txn(ctx, r)
+	done(err)
 	if err != nil {
 		return nil, toGRPCError(err)
 	}
+	s.metrics.txnDone(r, resp)
 	// Nested responses keep the revision-only headers the store gives
 	// them, as etcd's do.
 	resp.Header = s.hdr.fill(resp.Header)
@@ -88,7 +102,9 @@ func (s *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Co
 	if err := s.checkSize(&pb.InternalRaftRequest{Compaction: r}); err != nil {
 		return nil, err
 	}
+	done := s.metrics.write()
 	resp, err := s.store.Compact(ctx, r)
+	done(err)
 	if err != nil {
 		return nil, toGRPCError(err)
 	}

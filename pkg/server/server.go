@@ -55,6 +55,10 @@ type Server struct {
 	tlsInfo   *transport.TLSInfo
 	tlsConfig *tls.Config
 	httpTLS   *http.Server
+	// metrics serves --listen-metrics-urls (metrics_listen.go);
+	// metricsHandler is what it serves.
+	metrics        *metricsListeners
+	metricsHandler http.Handler
 
 	// errc receives the first serving error; Err returns it.
 	errc chan error
@@ -116,6 +120,9 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		s.secure = append(s.secure, secure)
 		handoffs = append(handoffs, h)
 	}
+	if s.metrics, err = listenMetrics(ctx, cfg.ListenMetricsURLs); err != nil {
+		return nil, err
+	}
 	opening, err := startOpeningServer(handoffs, s.secure, s.tlsInfo)
 	if err != nil {
 		return nil, err
@@ -175,15 +182,27 @@ func (s *Server) buildServers() {
 		mid = c.ID()
 	}
 	s.health = health.NewServer()
+	// One registry per Server (metrics_*.go): etcd's names, types, labels
+	// and buckets, fed by this server only.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := grpcprom.NewServerMetrics()
-	reg.MustRegister(metrics, newStoreCollector(s.store, hdr, cfg.QuotaBackendBytes))
+	raft, _ := s.backend.(raftCounters)
+	reg.MustRegister(metrics, newStoreCollector(s.store, hdr, cfg.QuotaBackendBytes, raft))
+	kvm := newKVMetrics(reg)
+	if raft == nil {
+		reg.MustRegister(kvm.pending, kvm.failed)
+	}
+	newDiskMetrics(reg, s.backend, raft != nil)
+	if p, ok := s.backend.(poolStater); ok {
+		reg.MustRegister(newPoolCollector(p))
+	}
+	gatherer := newGatherer(reg, raft != nil)
 
-	s.grpc = newGRPCServer(s.log, cfg, metrics, services{
-		kv: &kvServer{store: s.store, hdr: hdr, maxTxnOps: cfg.MaxTxnOps, maxRequestBytes: cfg.MaxRequestBytes},
+	s.grpc = newGRPCServer(s.log, cfg, metrics, newGRPCBytes(reg), services{
+		kv: &kvServer{store: s.store, hdr: hdr, maxTxnOps: cfg.MaxTxnOps, maxRequestBytes: cfg.MaxRequestBytes, metrics: kvm},
 		watch: &watchServer{store: s.store, hdr: hdr, log: s.log.With("component", "watch"),
-			stopping: s.stopping, fragmentBytes: cfg.MaxRequestBytes + grpcOverheadBytes},
+			stopping: s.stopping, fragmentBytes: cfg.MaxRequestBytes + grpcOverheadBytes, metrics: newWatchMetrics(reg)},
 		lease: &leaseServer{store: s.store, hdr: hdr, log: s.log.With("component", "lease"),
 			stopping: s.stopping, maxRequestBytes: cfg.MaxRequestBytes},
 		maintenance: &maintenanceServer{store: s.store, hdr: hdr, log: s.log.With("component", "maintenance"),
@@ -197,13 +216,14 @@ func (s *Server) buildServers() {
 		auth:   &authServer{hdr: hdr},
 		health: s.health,
 	})
-	endpoints := newHTTPHandler(s.log.With("component", "http"), s.store, hdr, reg, cfg.EnablePprof)
+	endpoints := newHTTPHandler(s.log.With("component", "http"), s.store, hdr, reg, gatherer, cfg.EnablePprof)
 	s.http = &http.Server{
 		Handler:           endpoints,
 		ReadHeaderTimeout: 5 * time.Minute,
 		// Client mistakes (bad requests, resets) are not server errors.
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
+	s.metricsHandler = newMetricsHandler(s.log.With("component", "metrics"), s.store, hdr, reg, gatherer)
 	if s.tlsConfig != nil {
 		s.httpTLS = newTLSHTTPServer(s.log, s.grpc, endpoints, s.tlsConfig, cfg.MaxConcurrentStreams)
 	}
@@ -239,6 +259,7 @@ func (s *Server) Start() error {
 		s.serve("http", u, func() error { return s.http.Serve(httpL) })
 		s.serve("cmux", u, m.Serve)
 	}
+	s.metrics.start(s, s.metricsHandler)
 	s.compactor.start()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	for i, u := range s.urls {
@@ -333,6 +354,7 @@ func (s *Server) Close() error {
 	if err := s.http.Shutdown(ctx); err != nil {
 		s.http.Close()
 	}
+	s.metrics.shutdown(ctx)
 	for _, l := range s.listeners {
 		l.Close()
 		// gRPC and HTTP closed theirs; what is left was still being
@@ -352,6 +374,7 @@ func (s *Server) closeResources() error {
 		for _, l := range s.listeners {
 			l.Close()
 		}
+		s.metrics.close()
 	}
 	s.compactor.stop()
 	if s.store != nil {

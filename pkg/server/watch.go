@@ -34,6 +34,7 @@ type watchServer struct {
 	// asked for fragments is split: MaxRequestBytes plus gRPC overhead, the
 	// value etcd uses.
 	fragmentBytes int
+	metrics       *watchMetrics
 }
 
 var _ pb.WatchServer = (*watchServer)(nil)
@@ -42,6 +43,8 @@ func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
 	ctx := stream.Context()
 	ws := s.store.NewWatchStream()
 	defer ws.Close()
+	watchers := s.metrics.openStream()
+	defer watchers.close()
 
 	// Recv blocks, so it runs apart from the send loop. It reports only real
 	// errors: after EOF (the client closed its side) the stream stays open
@@ -66,6 +69,7 @@ func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
 					logStreamError(ctx, s.log, "send watch response", err)
 					return err
 				}
+				watchers.sent(d.Response)
 			}
 		case err := <-recvErr:
 			logStreamError(ctx, s.log, "receive watch request", err)

@@ -43,6 +43,12 @@ type Options struct {
 	ConnMaxLifetime time.Duration
 	// TempDir is where Snapshot writes its SQLite copy (os.TempDir()).
 	TempDir string
+	// ObserveCommit, if set, is given the duration of every write
+	// transaction's COMMIT round trip, which returns once Postgres has
+	// flushed (fsynced, with synchronous_commit on) its WAL: kite reports
+	// it as etcd's disk commit and fsync latencies. It runs on the commit
+	// path and must not block.
+	ObserveCommit func(time.Duration)
 }
 
 func (o Options) withDefaults() Options {
@@ -81,8 +87,32 @@ type Backend struct {
 	listener *listener
 	primary  *primary
 
+	// observeCommit is Options.ObserveCommit, replaceable while serving
+	// (ObserveCommits).
+	observeCommit atomic.Pointer[func(time.Duration)]
+
 	closeMu sync.Mutex
 	closed  atomic.Bool
+}
+
+// ObserveCommits replaces Options.ObserveCommit: a server that opened the
+// Backend through a caller's function wires its metrics afterwards. nil
+// stops the observation.
+func (b *Backend) ObserveCommits(observe func(time.Duration)) {
+	if observe == nil {
+		b.observeCommit.Store(nil)
+		return
+	}
+	b.observeCommit.Store(&observe)
+}
+
+// PoolStats reports the connection pool (pgxpool's Stat): connections in
+// use, idle, open and the maximum, and the acquires so far, those that
+// had to wait for a connection and their total wait.
+func (b *Backend) PoolStats() (acquired, idle, total, maxConns int32, acquires, waited int64, waitTime time.Duration) {
+	st := b.pool.Stat()
+	return st.AcquiredConns(), st.IdleConns(), st.TotalConns(), st.MaxConns(),
+		st.AcquireCount(), st.EmptyAcquireCount(), st.AcquireDuration()
 }
 
 // Connection roles, the middle part of every connection's application_name
@@ -117,6 +147,7 @@ func Open(ctx context.Context, dsn string, opts Options) (b *Backend, err error)
 		origin:   origin,
 		writeSem: make(chan struct{}, 1),
 	}
+	b.ObserveCommits(opts.ObserveCommit)
 	serverKeepalives(cfg.ConnConfig.RuntimeParams)
 	appBase := cfg.ConnConfig.RuntimeParams["application_name"]
 	if appBase == "" {

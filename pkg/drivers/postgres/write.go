@@ -306,7 +306,11 @@ func (w *writeTx) Commit() error {
 	})
 	// Background: a COMMIT interrupted by a cancelled request would leave
 	// the batch's fate unknown to every request in it.
+	start := time.Now()
 	err := w.conn.SendBatch(context.Background(), b).Close()
+	if observe := w.b.observeCommit.Load(); observe != nil && err == nil {
+		(*observe)(time.Since(start))
+	}
 	w.pend.reset()
 	if err == nil && tag.String() != "COMMIT" {
 		err = fmt.Errorf("server answered %q", tag.String())

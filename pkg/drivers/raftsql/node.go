@@ -79,6 +79,7 @@ type Node struct {
 	appliedc  chan struct{}
 
 	lead, term, committed atomic.Uint64
+	metrics               nodeMetrics // ready.go
 
 	// applyc carries committed entries from the Ready loop to the apply
 	// loop (ready.go).

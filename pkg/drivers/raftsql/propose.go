@@ -33,17 +33,26 @@ func (n *Node) Propose(ctx context.Context, r *pb.InternalRaftRequest) (proto.Me
 	}
 	ch := n.waits.register(id)
 	defer n.waits.cancel(id)
+	// etcd's proposals_pending and proposals_failed_total: a proposal is
+	// pending from its hand-off to raft until its outcome or its failure,
+	// and failed when it never came back (dropped, no leader, timed out,
+	// member stopping), not when its request was refused on apply.
+	n.metrics.proposalsPending.Add(1)
+	defer n.metrics.proposalsPending.Add(-1)
 	cctx, cancel := context.WithTimeout(ctx, n.requestTimeout())
 	defer cancel()
 	if err := n.node.Propose(cctx, data); err != nil {
+		n.metrics.proposalsFailed.Add(1)
 		return nil, n.proposalError(ctx, err)
 	}
 	select {
 	case o := <-ch:
 		return o.Resp, o.Err
 	case <-cctx.Done():
+		n.metrics.proposalsFailed.Add(1)
 		return nil, n.proposalError(ctx, cctx.Err())
 	case <-n.ctx.Done():
+		n.metrics.proposalsFailed.Add(1)
 		return nil, rpctypes.ErrGRPCStopped
 	}
 }

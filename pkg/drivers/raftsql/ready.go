@@ -3,6 +3,7 @@ package raftsql
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -35,6 +36,12 @@ func (n *Node) run() {
 			return
 		case rd := <-n.node.Ready():
 			if rd.SoftState != nil {
+				// Counted as etcd counts leader_changes_seen_total: each
+				// time a leader is known and differs from the last one,
+				// so losing the leader is not a change, finding one is.
+				if lead := rd.SoftState.Lead; lead != raft.None && lead != n.lead.Load() {
+					n.metrics.leaderChanges.Add(1)
+				}
 				n.lead.Store(rd.SoftState.Lead)
 				if leader := rd.SoftState.Lead == n.id; leader != isLeader {
 					isLeader = leader
@@ -93,6 +100,38 @@ func (n *Node) run() {
 			n.node.Advance()
 		}
 	}
+}
+
+// nodeMetrics are the counts behind etcd's server metrics that only the
+// Ready loop and Propose see. They are plain atomics, not prometheus
+// collectors: the server that embeds the node owns the registry and reads
+// them through Metrics at scrape time.
+type nodeMetrics struct {
+	leaderChanges    atomic.Uint64
+	proposalsPending atomic.Int64
+	proposalsFailed  atomic.Uint64
+}
+
+// Metrics returns etcd's leader_changes_seen_total, proposals_pending and
+// proposals_failed_total of this member, counted since it started.
+func (n *Node) Metrics() (leaderChanges uint64, proposalsPending int64, proposalsFailed uint64) {
+	return n.metrics.leaderChanges.Load(), n.metrics.proposalsPending.Load(), n.metrics.proposalsFailed.Load()
+}
+
+// ObserveCommits makes every commit of the member's database (the apply
+// of committed entries) report its duration to observe, also after the
+// database is replaced by a snapshot from the leader. nil stops it.
+func (n *Node) ObserveCommits(observe func(time.Duration)) {
+	d := n.db
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	// replace reads opts while it reopens: change them only between
+	// replacements.
+	for d.replacing {
+		d.idle.Wait()
+	}
+	d.opts.ObserveCommit = observe
+	d.b.ObserveCommits(observe)
 }
 
 // applyJob is committed entries for the apply loop; done, if set, is

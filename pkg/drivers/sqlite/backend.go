@@ -46,6 +46,11 @@ type Options struct {
 	// (raftsql's WAL, replayed from the applied index) and calls Sync
 	// before it drops any of that log.
 	NoCommitSync bool
+	// ObserveCommit, if set, is given the duration of every write
+	// transaction's COMMIT (the WAL append and, unless NoCommitSync, its
+	// fsync): kite reports it as etcd's disk commit and fsync latencies.
+	// It runs on the commit path and must not block.
+	ObserveCommit func(time.Duration)
 }
 
 func (o Options) withDefaults() Options {
@@ -87,6 +92,10 @@ type Backend struct {
 
 	ckpt *checkpointer
 
+	// observeCommit is Options.ObserveCommit, replaceable while serving
+	// (ObserveCommits).
+	observeCommit atomic.Pointer[func(time.Duration)]
+
 	closeMu sync.Mutex
 	closed  atomic.Bool
 }
@@ -116,6 +125,7 @@ func Open(ctx context.Context, path string, opts Options) (b *Backend, err error
 		defs:     statements(),
 		writeSem: make(chan struct{}, 1),
 	}
+	b.ObserveCommits(opts.ObserveCommit)
 	// Every error return below sets b to nil: close what was opened through
 	// a copy of the pointer.
 	opened := b
@@ -428,6 +438,17 @@ func (b *Backend) AppliedIndex(ctx context.Context) (uint64, error) {
 		return 0, r.fail("read applied index", err)
 	}
 	return uint64(idx), nil
+}
+
+// ObserveCommits replaces Options.ObserveCommit: a server that opened the
+// Backend through a caller's function wires its metrics afterwards. nil
+// stops the observation.
+func (b *Backend) ObserveCommits(observe func(time.Duration)) {
+	if observe == nil {
+		b.observeCommit.Store(nil)
+		return
+	}
+	b.observeCommit.Store(&observe)
 }
 
 // Sync makes every commit so far durable, for a Backend opened with

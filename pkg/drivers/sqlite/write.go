@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -165,8 +166,12 @@ func (w *writeTx) Commit() error {
 	}
 	// Background: a COMMIT interrupted by a cancelled request would leave
 	// the batch's fate unknown to every request in it.
+	start := time.Now()
 	if _, err := w.stmts[qCommit].ExecContext(context.Background()); err != nil {
 		return errors.Join(w.fail("commit", err), w.Rollback())
+	}
+	if observe := w.b.observeCommit.Load(); observe != nil {
+		(*observe)(time.Since(start))
 	}
 	w.end()
 	w.b.ckpt.kick()

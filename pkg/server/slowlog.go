@@ -1,0 +1,109 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+)
+
+// DefaultWarningApplyDuration is etcd's --warning-apply-duration.
+const DefaultWarningApplyDuration = 100 * time.Millisecond
+
+// slowUnary logs, as etcd's "apply request took too long" warning, every
+// key-value or lease request that took longer than d to answer, with the
+// request (keys and sizes, never values: they may be secrets) and the size
+// of the answer. Operators grep for etcd's message; so do its alerts.
+func slowUnary(log *slog.Logger, d time.Duration) grpc.UnaryServerInterceptor {
+	log = log.With("component", "apply")
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		start := time.Now()
+		resp, err := handler(ctx, req)
+		took := time.Since(start)
+		if took <= d {
+			return resp, err
+		}
+		prefix, desc, ok := describeRequest(req)
+		if !ok {
+			return resp, err
+		}
+		attrs := []any{"took", took, "expected-duration", d, "prefix", prefix, "request", desc}
+		if m, isMsg := resp.(proto.Message); isMsg && resp != nil {
+			attrs = append(attrs, "response-size", proto.Size(m))
+		}
+		if r, isRange := resp.(*pb.RangeResponse); isRange && r != nil {
+			attrs = append(attrs, "response-count", r.Count)
+		}
+		if err != nil {
+			attrs = append(attrs, "error", err)
+		}
+		log.Warn("apply request took too long", attrs...)
+		return resp, err
+	}
+}
+
+// describeRequest is a request as the warning shows it: etcd's prefix
+// ("read-only range " for reads) and the request without values.
+func describeRequest(req any) (prefix, desc string, ok bool) {
+	switch r := req.(type) {
+	case *pb.RangeRequest:
+		return "read-only range ", fmt.Sprintf("key:%q range_end:%q limit:%d revision:%d count_only:%v keys_only:%v serializable:%v",
+			r.Key, r.RangeEnd, r.Limit, r.Revision, r.CountOnly, r.KeysOnly, r.Serializable), true
+	case *pb.PutRequest:
+		return "", putString(r), true
+	case *pb.DeleteRangeRequest:
+		return "", fmt.Sprintf("delete_range key:%q range_end:%q", r.Key, r.RangeEnd), true
+	case *pb.TxnRequest:
+		prefix := ""
+		if isReadOnlyTxn(r) {
+			prefix = "read-only txn "
+		}
+		return prefix, fmt.Sprintf("compare:%d success:%s failure:%s", len(r.Compare), opsString(r.Success), opsString(r.Failure)), true
+	case *pb.CompactionRequest:
+		return "", fmt.Sprintf("compaction revision:%d physical:%v", r.Revision, r.Physical), true
+	case *pb.LeaseGrantRequest:
+		return "", fmt.Sprintf("lease_grant ttl:%d id:%x", r.TTL, r.ID), true
+	case *pb.LeaseRevokeRequest:
+		return "", fmt.Sprintf("lease_revoke id:%x", r.ID), true
+	}
+	return "", "", false
+}
+
+func putString(r *pb.PutRequest) string {
+	return fmt.Sprintf("put key:%q value_size:%d lease:%d", r.Key, len(r.Value), r.Lease)
+}
+
+func opsString(ops []*pb.RequestOp) string {
+	s := "["
+	for i, op := range ops {
+		if i > 0 {
+			s += " "
+		}
+		switch o := op.Request.(type) {
+		case *pb.RequestOp_RequestRange:
+			s += fmt.Sprintf("range key:%q", o.RequestRange.Key)
+		case *pb.RequestOp_RequestPut:
+			s += putString(o.RequestPut)
+		case *pb.RequestOp_RequestDeleteRange:
+			s += fmt.Sprintf("delete_range key:%q", o.RequestDeleteRange.Key)
+		case *pb.RequestOp_RequestTxn:
+			s += "txn"
+		}
+	}
+	return s + "]"
+}
+
+func isReadOnlyTxn(r *pb.TxnRequest) bool {
+	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
+		for _, op := range ops {
+			if op.GetRequestRange() == nil {
+				return false
+			}
+		}
+	}
+	return true
+}
