@@ -248,6 +248,10 @@ func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount boo
 	if err := s.linearizable(ctx, r.Serializable); err != nil {
 		return nil, err
 	}
+	if !r.Serializable && s.repl != nil {
+		traceFrom(ctx).step("linearizable read barrier (raft read index)")
+	}
+	defer traceFrom(ctx).step("range read from the database")
 	if len(r.RangeEnd) == 0 && r.Revision == 0 && !r.CountOnly {
 		return s.getLatest(ctx, r)
 	}

@@ -169,6 +169,9 @@ func (s *Store) runMaintenance(p *pending) {
 // can hold), not from the commit, each request is applied again in a
 // transaction of its own, so only the request that cannot be stored fails.
 func (s *Store) applyBatch(batch []*pending) {
+	for _, p := range batch {
+		traceFrom(p.ctx).step("queued for the writer")
+	}
 	revs, err := s.applyAndCommit(batch)
 	var applyErr *applyError
 	if err != nil && len(batch) > 1 && errors.As(err, &applyErr) {
@@ -195,11 +198,15 @@ func (s *Store) applyBatch(batch []*pending) {
 			s.log.Warn("read other servers' revisions before this batch's", "err", err)
 		}
 	}
+	for _, p := range batch {
+		traceFrom(p.ctx).step("applied and committed in the database (group commit)")
+	}
 	for _, c := range revs {
 		s.current.Store(c.rev)
 		s.hub.publish(c.rev, c.changes)
 	}
 	for _, p := range batch {
+		traceFrom(p.ctx).step("published to watchers")
 		close(p.done)
 	}
 	s.quota.afterCommit(s.ctx)

@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/kite-db/kite/pkg/mvcc"
 )
 
 // DefaultWarningApplyDuration is etcd's --warning-apply-duration.
@@ -21,16 +24,18 @@ const DefaultWarningApplyDuration = 100 * time.Millisecond
 func slowUnary(log *slog.Logger, d time.Duration) grpc.UnaryServerInterceptor {
 	log = log.With("component", "apply")
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		start := time.Now()
+		prefix, desc, ok := describeRequest(req)
+		if !ok {
+			return handler(ctx, req)
+		}
+		ctx, trace := mvcc.WithTrace(ctx)
 		resp, err := handler(ctx, req)
-		took := time.Since(start)
+		end := time.Now()
+		took := end.Sub(trace.Start())
 		if took <= d {
 			return resp, err
 		}
-		prefix, desc, ok := describeRequest(req)
-		if !ok {
-			return resp, err
-		}
+		logTrace(log, trace, end, info.FullMethod, desc)
 		attrs := []any{"took", took, "expected-duration", d, "prefix", prefix, "request", desc}
 		if m, isMsg := resp.(proto.Message); isMsg && resp != nil {
 			attrs = append(attrs, "response-size", proto.Size(m))
@@ -44,6 +49,21 @@ func slowUnary(log *slog.Logger, d time.Duration) grpc.UnaryServerInterceptor {
 		log.Warn("apply request took too long", attrs...)
 		return resp, err
 	}
+}
+
+// logTrace logs where a slow request's time went, as etcd logs the trace
+// of an expensive request: each step the Store marked, with its duration.
+func logTrace(log *slog.Logger, t *mvcc.Trace, end time.Time, method, desc string) {
+	id := fmt.Sprintf("%d", t.Start().UnixNano())
+	prev := t.Start()
+	var steps []string
+	for _, st := range t.Steps() {
+		steps = append(steps, fmt.Sprintf("trace[%s] '%s' (duration: %v)", id, st.Name, st.At.Sub(prev)))
+		prev = st.At
+	}
+	log.Info(fmt.Sprintf("trace[%s] %s", id, method[strings.LastIndex(method, "/")+1:]),
+		"detail", desc, "duration", end.Sub(t.Start()), "start", t.Start(), "end", end,
+		"steps", steps, "step_count", len(steps))
 }
 
 // describeRequest is a request as the warning shows it: etcd's prefix

@@ -45,8 +45,10 @@ func (n *Node) Propose(ctx context.Context, r *pb.InternalRaftRequest) (proto.Me
 		n.metrics.proposalsFailed.Add(1)
 		return nil, n.proposalError(ctx, err)
 	}
+	mvcc.TraceStepOf(ctx, "proposed to raft")
 	select {
 	case o := <-ch:
+		mvcc.TraceStepOf(ctx, "committed by raft and applied on this member")
 		return o.Resp, o.Err
 	case <-cctx.Done():
 		n.metrics.proposalsFailed.Add(1)
