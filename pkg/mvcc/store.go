@@ -86,6 +86,8 @@ type Store struct {
 	quota     *quota
 	compactor *compactor
 	hub       *watchHub
+	// diskFullWarned is when a full disk was last logged (writer only).
+	diskFullWarned time.Time
 	// pageCounts spares each page of a paginated list a count of the rest
 	// of its range.
 	pageCounts *pageCounts

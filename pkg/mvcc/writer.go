@@ -182,6 +182,7 @@ func (s *Store) applyBatch(batch []*pending) {
 		return
 	}
 	if err != nil {
+		s.warnDiskFull(err)
 		s.log.Error("write batch failed", "requests", len(batch), "err", err)
 		for _, p := range batch {
 			if p.err == nil {
