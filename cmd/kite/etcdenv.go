@@ -24,6 +24,7 @@ func etcdFlags() []string {
 		"max-request-bytes", "max-txn-ops", "quota-backend-bytes",
 		"watch-progress-notify-interval", "experimental-watch-progress-notify-interval",
 		"auto-compaction-mode", "auto-compaction-retention", "log-level", "logger", "log-outputs",
+		"auth-token", "auth-token-ttl", "bcrypt-cost",
 		"warning-apply-duration", "enable-pprof",
 		"cert-file", "key-file", "trusted-ca-file", "client-cert-auth", "client-crl-file",
 		"client-cert-allowed-hostname", "cipher-suites", "tls-min-version", "tls-max-version",

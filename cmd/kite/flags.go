@@ -40,6 +40,9 @@ type serveFlags struct {
 	autoCompactionMode      string
 	autoCompactionRetention string
 	logLevel                string
+	authToken               string
+	authTokenTTL            uint
+	bcryptCost              uint
 	logger                  string
 	logOutputs              string
 	warningApplyDuration    time.Duration
@@ -123,6 +126,9 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.StringVar(&f.autoCompactionMode, "auto-compaction-mode", server.CompactionModePeriodic, "Interpret 'auto-compaction-retention' as one of: 'periodic' (a duration) or 'revision' (a revision count).")
 	fs.StringVar(&f.autoCompactionRetention, "auto-compaction-retention", "0", "Auto compaction retention: for periodic a duration ('1h', '30m') or a number of hours; for revision a number of revisions. 0 disables.")
 	fs.StringVar(&f.logLevel, "log-level", "info", "Log level: debug, info, warn or error.")
+	fs.StringVar(&f.authToken, "auth-token", "simple", "Auth token type and options, as etcd: 'simple', or 'jwt,pub-key=PATH,priv-key=PATH,sign-method=RS256[,ttl=5m]'.")
+	fs.UintVar(&f.authTokenTTL, "auth-token-ttl", 300, "Seconds an unused simple auth token lives.")
+	fs.UintVar(&f.bcryptCost, "bcrypt-cost", 10, "Cost of the bcrypt hash of auth passwords (4-31).")
 	fs.StringVar(&f.logger, "logger", "zap", "Accepted for etcd's command lines: 'zap', etcd's only logger (kite logs through log/slog in --log-format).")
 	fs.StringVar(&f.logOutputs, "log-outputs", "default", "Comma-separated log destinations, as etcd: 'default' or 'stderr', 'stdout', or file paths (appended to).")
 	fs.DurationVar(&f.warningApplyDuration, "warning-apply-duration", server.DefaultWarningApplyDuration, "Log a key-value or lease request that takes longer, as etcd's \"apply request took too long\".")
@@ -250,6 +256,9 @@ func (f *serveFlags) config(log *slog.Logger) server.Config {
 		QuotaBackendBytes:           f.quotaBackendBytes,
 		WatchProgressNotifyInterval: f.watchProgressNotify,
 		WarningApplyDuration:        f.warningApplyDuration,
+		AuthToken:                   f.authToken,
+		AuthTokenTTL:                time.Duration(f.authTokenTTL) * time.Second,
+		BcryptCost:                  int(f.bcryptCost),
 		AutoCompactionMode:          f.autoCompactionMode,
 		AutoCompactionRetention:     f.autoCompactionRetention,
 		EnablePprof:                 f.enablePprof,

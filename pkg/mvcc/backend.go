@@ -107,6 +107,11 @@ type ReadTx interface {
 	// LeaseKeys returns the live keys attached to lease id, in ascending order.
 	LeaseKeys(ctx context.Context, id int64) ([][]byte, error)
 
+	// AuthState returns the authentication state (users, roles, whether
+	// auth is enabled, its revision) as PutAuthState last stored it, or nil
+	// if it never was. The Store encodes it; a driver keeps the bytes.
+	AuthState(ctx context.Context) ([]byte, error)
+
 	// Rollback ends the transaction, discarding any writes.
 	Rollback() error
 }
@@ -133,6 +138,9 @@ type WriteTx interface {
 	// DeleteLease removes a lease. Keys are detached by the caller (it
 	// deletes them) before the lease is removed.
 	DeleteLease(ctx context.Context, id int64) error
+
+	// PutAuthState replaces the authentication state.
+	PutAuthState(ctx context.Context, state []byte) error
 
 	// PutAlarm records an active alarm (a no-op if it is recorded already);
 	// DeleteAlarm removes one (a no-op if it is not recorded).

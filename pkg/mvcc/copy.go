@@ -6,7 +6,8 @@ import (
 )
 
 // Copy writes the whole state of src into dst: every row of the log in
-// (revision, sub-revision) order, the leases, the alarms and the current and
+// (revision, sub-revision) order, the leases, the alarms, the authentication
+// state (users, roles, enabled; when src has one) and the current and
 // compacted revisions. dst must be empty; the caller commits it. Revisions
 // are preserved exactly, so a copy answers every read at every revision the
 // source could still answer, whatever storage either side is. It serves
@@ -39,6 +40,15 @@ func Copy(ctx context.Context, dst WriteTx, src ReadTx) error {
 	for _, a := range alarms {
 		if err := dst.PutAlarm(ctx, a); err != nil {
 			return fmt.Errorf("copy: alarm %v: %w", a, err)
+		}
+	}
+	auth, err := src.AuthState(ctx)
+	if err != nil {
+		return fmt.Errorf("copy: read auth state: %w", err)
+	}
+	if auth != nil {
+		if err := dst.PutAuthState(ctx, auth); err != nil {
+			return fmt.Errorf("copy: auth state: %w", err)
 		}
 	}
 	if err := dst.SetRevisions(ctx, current, compacted); err != nil {

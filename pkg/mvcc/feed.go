@@ -27,7 +27,7 @@ func (s *Store) follow(n Notice) {
 	}
 	what := n.Changed
 	if n.Resync {
-		what = ChangedLeases | ChangedAlarms | ChangedCompacted
+		what = ChangedLeases | ChangedAlarms | ChangedCompacted | ChangedAuth
 	}
 	if err := s.catchUp(s.ctx, 0, what); err != nil {
 		// The next notice, or the next local commit, catches up again.
@@ -74,6 +74,11 @@ func (s *Store) catchUp(ctx context.Context, upTo int64, what Changed) error {
 			return fmt.Errorf("read alarms: %w", err)
 		}
 		s.quota.setAlarms(alarms)
+	}
+	if what&ChangedAuth != 0 {
+		if err := s.reloadAuth(ctx); err != nil {
+			return err
+		}
 	}
 	return nil
 }

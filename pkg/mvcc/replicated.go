@@ -192,6 +192,9 @@ func (s *Store) restore(ctx context.Context) error {
 	if err := s.catchUp(ctx, 0, ChangedLeases|ChangedAlarms|ChangedCompacted); err != nil {
 		return err
 	}
+	if err := s.reloadAuth(ctx); err != nil {
+		return err
+	}
 	s.quota.refresh(ctx)
 	return nil
 }

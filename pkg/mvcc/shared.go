@@ -59,4 +59,6 @@ const (
 	ChangedAlarms
 	// ChangedCompacted: the compacted revision.
 	ChangedCompacted
+	// ChangedAuth: the authentication state (users, roles, enabled).
+	ChangedAuth
 )

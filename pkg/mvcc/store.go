@@ -13,6 +13,8 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/server/v3/auth"
+	"golang.org/x/crypto/bcrypt"
 )
 
 // Config tunes a Store. Zero values take etcd's defaults.
@@ -33,7 +35,15 @@ type Config struct {
 	MinLeaseTTL int64
 	// MemberID names this member in alarms.
 	MemberID uint64
-	Logger   *slog.Logger
+	// AuthToken is etcd's --auth-token: "simple" (default) or
+	// "jwt,pub-key=...,priv-key=...,sign-method=...[,ttl=...]".
+	AuthToken string
+	// AuthTokenTTL is how long an unused simple token lives (etcd's
+	// --auth-token-ttl, default 300 s).
+	AuthTokenTTL time.Duration
+	// BcryptCost hashes passwords (etcd's --bcrypt-cost, default 10).
+	BcryptCost int
+	Logger     *slog.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -51,6 +61,15 @@ func (c *Config) setDefaults() {
 	}
 	if c.MinLeaseTTL == 0 {
 		c.MinLeaseTTL = 2
+	}
+	if c.AuthToken == "" {
+		c.AuthToken = DefaultAuthToken
+	}
+	if c.AuthTokenTTL == 0 {
+		c.AuthTokenTTL = DefaultAuthTokenTTL
+	}
+	if c.BcryptCost == 0 {
+		c.BcryptCost = bcrypt.DefaultCost
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -86,6 +105,10 @@ type Store struct {
 	quota     *quota
 	compactor *compactor
 	hub       *watchHub
+	// auth is etcd's auth store over authModel, the authentication state
+	// (auth.go); authModel is replaced when the state is read again.
+	auth      auth.AuthStore
+	authModel *authModel
 	// diskFullWarned is when a full disk was last logged (writer only).
 	diskFullWarned time.Time
 	// pageCounts spares each page of a paginated list a count of the rest
@@ -137,6 +160,9 @@ func Open(ctx context.Context, b Backend, cfg Config) (*Store, error) {
 		s.lessor.granted(l)
 	}
 	s.quota.refresh(ctx)
+	if err := s.openAuth(ctx); err != nil {
+		return nil, err
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.compactor = newCompactor(s, cfg.CompactBatchRevisions)
 	s.hub = newWatchHub(hubConfig{
@@ -385,6 +411,7 @@ func (readOnlyWriteTx) PutLease(context.Context, Lease) error              { ret
 func (readOnlyWriteTx) DeleteLease(context.Context, int64) error           { return errReadOnly }
 func (readOnlyWriteTx) PutAlarm(context.Context, *pb.AlarmMember) error    { return errReadOnly }
 func (readOnlyWriteTx) DeleteAlarm(context.Context, *pb.AlarmMember) error { return errReadOnly }
+func (readOnlyWriteTx) PutAuthState(context.Context, []byte) error         { return errReadOnly }
 func (readOnlyWriteTx) Commit() error                                      { return errReadOnly }
 func (readOnlyWriteTx) CompactBatch(context.Context, int64, int64, int64) (int64, error) {
 	return 0, errReadOnly

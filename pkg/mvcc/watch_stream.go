@@ -190,6 +190,25 @@ func (ws *WatchStream) Watch(req *pb.WatchCreateRequest) {
 	h.addWatcherLocked(w)
 }
 
+// Reject answers a create request the server refused before it reached
+// the stream (etcd's permission check): created and canceled at once with
+// reason, in order with everything else the stream sends.
+func (ws *WatchStream) Reject(reason string) {
+	if !ws.waitRoom() {
+		return
+	}
+	h := ws.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ws.closed {
+		return
+	}
+	ws.enqueueCtrl(queued{resp: &pb.WatchResponse{
+		Header: header(h.rev), WatchId: invalidWatchID,
+		Created: true, Canceled: true, CancelReason: reason,
+	}})
+}
+
 // Cancel removes watcher id and queues {WatchId: id, Canceled} after every
 // response already queued for it. As in etcd, an unknown ID gets no answer,
 // and a watcher canceled by compaction still gets one.

@@ -220,20 +220,37 @@ func (s *Store) applyAndCommit(batch []*pending) ([]committed, error) {
 // applyAndCommitAt is applyAndCommit that also records index, the last
 // replicated log entry of the batch (0: the batch is not replicated).
 func (s *Store) applyAndCommitAt(batch []*pending, index uint64) ([]committed, error) {
+	revs, authTouched, err := s.applyAndCommitTx(batch, index)
+	if err != nil && authTouched {
+		// The transaction that stored the changed auth state did not
+		// commit: the auth store follows the database again.
+		if rerr := s.reloadAuth(s.ctx); rerr != nil {
+			s.log.Error("reload auth state after a failed write", "err", rerr)
+		}
+	}
+	return revs, err
+}
+
+func (s *Store) applyAndCommitTx(batch []*pending, index uint64) (_ []committed, authTouched bool, _ error) {
 	tx, err := s.beginBatch(batch)
 	if err != nil {
-		return nil, fmt.Errorf("begin write: %w", err)
+		return nil, authTouched, fmt.Errorf("begin write: %w", err)
 	}
 	current, compacted, err := tx.Revisions(s.ctx)
 	if err != nil {
 		_ = tx.Rollback()
-		return nil, fmt.Errorf("read revisions: %w", err)
+		return nil, authTouched, fmt.Errorf("read revisions: %w", err)
 	}
 	leases := &batchLeases{base: s.lessor, granted: map[int64]Lease{}, revoked: map[int64]bool{}}
 	var revs []committed
 	var alarms []*pb.AlarmMember // the alarm list after the batch, if it changed
 	newCompacted := int64(0)
 	for _, p := range batch {
+		if isAuthChange(p.req) {
+			authTouched = true
+			p.resp, p.err = s.applyAuth(p.req)
+			continue
+		}
 		a := &applier{ctx: s.ctx, tx: tx, current: current, compacted: compacted}
 		res, err := a.apply(p.req)
 		if err != nil {
@@ -242,7 +259,7 @@ func (s *Store) applyAndCommitAt(batch []*pending, index uint64) ([]committed, e
 				continue
 			}
 			_ = tx.Rollback()
-			return nil, &applyError{err}
+			return nil, authTouched, &applyError{err}
 		}
 		p.resp = res.resp
 		leases.record(res)
@@ -262,22 +279,28 @@ func (s *Store) applyAndCommitAt(batch []*pending, index uint64) ([]committed, e
 	if len(revs) > 0 {
 		if err := tx.SetRevisions(s.ctx, current, compacted); err != nil {
 			_ = tx.Rollback()
-			return nil, fmt.Errorf("set revisions: %w", err)
+			return nil, authTouched, fmt.Errorf("set revisions: %w", err)
+		}
+	}
+	if authTouched {
+		if err := s.storeAuth(s.ctx, tx); err != nil {
+			_ = tx.Rollback()
+			return nil, authTouched, err
 		}
 	}
 	if index != 0 {
 		at, ok := tx.(AppliedIndexTx)
 		if !ok {
 			_ = tx.Rollback()
-			return nil, errNotAppliedIndexTx
+			return nil, authTouched, errNotAppliedIndexTx
 		}
 		if err := at.SetAppliedIndex(s.ctx, index); err != nil {
 			_ = tx.Rollback()
-			return nil, fmt.Errorf("record applied index: %w", err)
+			return nil, authTouched, fmt.Errorf("record applied index: %w", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("commit: %w", err)
+		return nil, authTouched, fmt.Errorf("commit: %w", err)
 	}
 	leases.commit()
 	if alarms != nil {
@@ -291,7 +314,7 @@ func (s *Store) applyAndCommitAt(batch []*pending, index uint64) ([]committed, e
 		// on its way.
 		s.compacted.Store(compacted)
 	}
-	return revs, nil
+	return revs, authTouched, nil
 }
 
 // beginBatch begins the batch's transaction, with the keys it will read

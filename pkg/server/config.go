@@ -121,6 +121,13 @@ type Config struct {
 	// --warning-apply-duration; default 100ms).
 	WarningApplyDuration time.Duration
 
+	// AuthToken, AuthTokenTTL and BcryptCost are etcd's --auth-token
+	// ("simple" or "jwt,pub-key=...,priv-key=...,sign-method=..."),
+	// --auth-token-ttl and --bcrypt-cost (mvcc.Config).
+	AuthToken    string
+	AuthTokenTTL time.Duration
+	BcryptCost   int
+
 	// Logger receives every log line. Default: slog.Default().
 	Logger *slog.Logger
 }

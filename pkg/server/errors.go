@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/etcd/server/v3/auth"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -31,6 +32,24 @@ var errorMap = []struct {
 	{mvcc.ErrCorrupt, rpctypes.ErrGRPCCorrupt},
 	{mvcc.ErrClosed, rpctypes.ErrGRPCStopped},
 	{errRequestTooLarge, rpctypes.ErrGRPCRequestTooLarge},
+	// etcd's auth store's errors (go.etcd.io/etcd/server/v3/auth).
+	{auth.ErrRootUserNotExist, rpctypes.ErrGRPCRootUserNotExist},
+	{auth.ErrRootRoleNotExist, rpctypes.ErrGRPCRootRoleNotExist},
+	{auth.ErrUserAlreadyExist, rpctypes.ErrGRPCUserAlreadyExist},
+	{auth.ErrUserEmpty, rpctypes.ErrGRPCUserEmpty},
+	{auth.ErrUserNotFound, rpctypes.ErrGRPCUserNotFound},
+	{auth.ErrRoleAlreadyExist, rpctypes.ErrGRPCRoleAlreadyExist},
+	{auth.ErrRoleNotFound, rpctypes.ErrGRPCRoleNotFound},
+	{auth.ErrRoleEmpty, rpctypes.ErrGRPCRoleEmpty},
+	{auth.ErrAuthFailed, rpctypes.ErrGRPCAuthFailed},
+	{auth.ErrPermissionNotGiven, rpctypes.ErrGRPCPermissionNotGiven},
+	{auth.ErrPermissionDenied, rpctypes.ErrGRPCPermissionDenied},
+	{auth.ErrRoleNotGranted, rpctypes.ErrGRPCRoleNotGranted},
+	{auth.ErrPermissionNotGranted, rpctypes.ErrGRPCPermissionNotGranted},
+	{auth.ErrAuthNotEnabled, rpctypes.ErrGRPCAuthNotEnabled},
+	{auth.ErrInvalidAuthToken, rpctypes.ErrGRPCInvalidAuthToken},
+	{auth.ErrInvalidAuthMgmt, rpctypes.ErrGRPCInvalidAuthMgmt},
+	{auth.ErrAuthOldRevision, rpctypes.ErrGRPCAuthOldRevision},
 	// In sync with status.FromContextError, as etcd's togRPCError.
 	{context.Canceled, rpctypes.ErrGRPCCanceled},
 	{context.DeadlineExceeded, rpctypes.ErrGRPCDeadlineExceeded},

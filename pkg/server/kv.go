@@ -20,6 +20,7 @@ type kvServer struct {
 	maxTxnOps       int
 	maxRequestBytes int
 	metrics         *kvMetrics
+	authz           *authorizer
 }
 
 var _ pb.KVServer = (*kvServer)(nil)

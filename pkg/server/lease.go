@@ -22,6 +22,7 @@ type leaseServer struct {
 	maxRequestBytes int
 	// stopping is closed when the server shuts down (see watchServer).
 	stopping <-chan struct{}
+	authz    *authorizer
 }
 
 var _ pb.LeaseServer = (*leaseServer)(nil)
@@ -106,6 +107,11 @@ func (s *leaseServer) keepAliveLoop(stream pb.Lease_LeaseKeepAliveServer) error 
 		// The header is taken before the renewal, as in etcd: its revision
 		// must not be newer than the moment the lease was known alive, or a
 		// client could see a keepalive succeed after the lease's revoke.
+		if s.authz.enabled() {
+			if err := s.authz.renewPermitted(ctx, req.ID); err != nil {
+				return toGRPCError(err)
+			}
+		}
 		resp := &pb.LeaseKeepAliveResponse{ID: req.ID, Header: s.hdr.newHeader(0)}
 		ttl, err := s.store.LeaseRenew(ctx, req.ID)
 		if errors.Is(err, mvcc.ErrLeaseNotFound) {

@@ -23,6 +23,11 @@ func (s *kvServer) RangeStream(r *pb.RangeRequest, rs pb.KV_RangeStreamServer) e
 	if err := checkRangeStreamRequest(r); err != nil {
 		return err
 	}
+	if s.authz.enabled() {
+		if err := s.authz.check(rs.Context(), r); err != nil {
+			return toGRPCError(err)
+		}
+	}
 	if err := s.rangeStream(r, rs); err != nil {
 		return toGRPCError(err)
 	}

@@ -146,6 +146,9 @@ func (s *Server) openStore(ctx context.Context) (err error) {
 	s.store, err = mvcc.Open(ctx, s.backend, mvcc.Config{
 		QuotaBackendBytes:      s.cfg.QuotaBackendBytes,
 		ProgressNotifyInterval: s.cfg.WatchProgressNotifyInterval,
+		AuthToken:              s.cfg.AuthToken,
+		AuthTokenTTL:           s.cfg.AuthTokenTTL,
+		BcryptCost:             s.cfg.BcryptCost,
 		Logger:                 s.log.With("component", "mvcc"),
 	})
 	if err != nil {
@@ -199,11 +202,12 @@ func (s *Server) buildServers() {
 	}
 	gatherer := newGatherer(reg, raft != nil)
 
+	authz := &authorizer{store: s.store}
 	s.grpc = newGRPCServer(s.log, cfg, metrics, newGRPCBytes(reg), services{
-		kv: &kvServer{store: s.store, hdr: hdr, maxTxnOps: cfg.MaxTxnOps, maxRequestBytes: cfg.MaxRequestBytes, metrics: kvm},
-		watch: &watchServer{store: s.store, hdr: hdr, log: s.log.With("component", "watch"),
+		kv: &kvServer{store: s.store, hdr: hdr, maxTxnOps: cfg.MaxTxnOps, maxRequestBytes: cfg.MaxRequestBytes, metrics: kvm, authz: authz},
+		watch: &watchServer{store: s.store, hdr: hdr, log: s.log.With("component", "watch"), authz: authz,
 			stopping: s.stopping, fragmentBytes: cfg.MaxRequestBytes + grpcOverheadBytes, metrics: newWatchMetrics(reg)},
-		lease: &leaseServer{store: s.store, hdr: hdr, log: s.log.With("component", "lease"),
+		lease: &leaseServer{store: s.store, hdr: hdr, log: s.log.With("component", "lease"), authz: authz,
 			stopping: s.stopping, maxRequestBytes: cfg.MaxRequestBytes},
 		maintenance: &maintenanceServer{store: s.store, hdr: hdr, log: s.log.With("component", "maintenance"),
 			quota: cfg.QuotaBackendBytes, dataDir: cfg.DataDir},
@@ -213,7 +217,7 @@ func (s *Server) buildServers() {
 			PeerURLs:   cfg.AdvertisePeerURLs,
 			ClientURLs: cfg.AdvertiseClientURLs,
 		}},
-		auth:   &authServer{hdr: hdr},
+		auth:   &authServer{store: s.store, hdr: hdr, authz: authz},
 		health: s.health,
 	})
 	endpoints := newHTTPHandler(s.log.With("component", "http"), s.store, hdr, reg, gatherer, cfg.EnablePprof)

@@ -35,6 +35,7 @@ type watchServer struct {
 	// value etcd uses.
 	fragmentBytes int
 	metrics       *watchMetrics
+	authz         *authorizer
 }
 
 var _ pb.WatchServer = (*watchServer)(nil)
@@ -107,6 +108,10 @@ func (s *watchServer) recvLoop(stream pb.Watch_WatchServer, ws *mvcc.WatchStream
 			// The stream normalises the key range and answers rejected
 			// requests (negative start revision, empty range, duplicate
 			// ID) itself, in order with everything else it sends.
+			if err := s.authz.watchPermitted(stream.Context(), uv.CreateRequest); err != nil {
+				ws.Reject(watchCancelReason(err))
+				continue
+			}
 			ws.Watch(uv.CreateRequest)
 		case *pb.WatchRequest_CancelRequest:
 			if uv.CancelRequest != nil {

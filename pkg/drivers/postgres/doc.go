@@ -24,8 +24,8 @@
 // A commit that changed anything sends pg_notify in the same transaction:
 // Postgres delivers it only if, and when, the transaction commits, in
 // commit order. The payload carries the sender's origin id, the new
-// revision and which of leases, alarms and the compacted revision changed
-// (well under 100 bytes); the receivers read the rows themselves from the
+// revision and which of leases, alarms, the compacted revision and the
+// authentication state changed (well under 100 bytes); the receivers read the rows themselves from the
 // log. Notifications are therefore never the only copy of anything: one
 // lost (the listening connection dropped) costs a Resync notice, after
 // which the Store re-reads what it keeps in memory.

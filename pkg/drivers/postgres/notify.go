@@ -15,8 +15,10 @@ import (
 
 // Notification payloads are a wake-up, not data: "<origin> commit <rev>
 // <changed>" says another server committed up to rev (and which of leases,
-// alarms and the compacted revision changed), and the receiver reads the
-// rows from the log itself. "<origin> renew <id>" says a lease was kept
+// alarms, the compacted revision and the auth state changed), and the
+// receiver reads the rows from the log itself. rev is 0 only for a commit
+// on an empty log that changed something else (a lease granted, a user
+// added, before the first key). "<origin> renew <id>" says a lease was kept
 // alive. They stay far below NOTIFY's 8000-byte limit.
 const (
 	kindCommit = "commit"
@@ -38,7 +40,7 @@ func parsePayload(s string) (origin string, n mvcc.Notice, err error) {
 	case len(f) == 4 && f[1] == kindCommit:
 		rev, err1 := strconv.ParseInt(f[2], 10, 64)
 		changed, err2 := strconv.ParseUint(f[3], 10, 8)
-		if err1 != nil || err2 != nil || rev <= 0 {
+		if err1 != nil || err2 != nil || rev < 0 || rev == 0 && changed == 0 {
 			break
 		}
 		return f[0], mvcc.Notice{Rev: rev, Changed: mvcc.Changed(changed)}, nil

@@ -9,9 +9,9 @@ import (
 // rows are kept as columns and sent as arrays, one INSERT for all of them;
 // the live index keeps only each key's final state, since a batch may put,
 // delete and put a key again and only the last counts (ON CONFLICT DO
-// UPDATE may not touch a row twice in one statement anyway). Lease and
-// alarm writes are rare and order-sensitive: they stay single statements,
-// in call order.
+// UPDATE may not touch a row twice in one statement anyway). Lease, alarm
+// and auth state writes are rare and order-sensitive: they stay single
+// statements, in call order.
 type pending struct {
 	logRev, logCreate, logVersion, logLease []int64
 	logSub                                  []int32

@@ -53,6 +53,10 @@ const (
 			lease = excluded.lease, value = excluded.value`
 	sqlDeleteLive = `DELETE FROM kite_live WHERE key = ANY($1::bytea[])`
 
+	sqlAuthState    = `SELECT state FROM kite_auth`
+	sqlPutAuthState = `INSERT INTO kite_auth (state) VALUES ($1)
+		ON CONFLICT (one) DO UPDATE SET state = excluded.state`
+
 	sqlPutLease = `INSERT INTO kite_lease (id, ttl) VALUES ($1, $2)
 		ON CONFLICT (id) DO UPDATE SET ttl = excluded.ttl`
 	sqlDeleteLease = `DELETE FROM kite_lease WHERE id = $1`

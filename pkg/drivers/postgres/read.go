@@ -266,6 +266,20 @@ func (r *reader) LeaseKeys(ctx context.Context, id int64) ([][]byte, error) {
 	return out, nil
 }
 
+// AuthState implements mvcc.ReadTx. In a write transaction the pending
+// writes go first, so a PutAuthState of the transaction is seen.
+func (r *reader) AuthState(ctx context.Context) ([]byte, error) {
+	var state []byte
+	found, err := r.queryRow(ctx, true, sqlAuthState, []any{&state})
+	if err != nil {
+		return nil, r.fail("read auth state", err)
+	}
+	if !found {
+		return nil, nil
+	}
+	return nonNil(state), nil
+}
+
 func nonNil(b []byte) []byte {
 	if b == nil {
 		return []byte{}

@@ -42,6 +42,13 @@ const (
 //   - kite_revision is the one row holding the current and compacted
 //     revisions. Every write transaction locks it first (write.go).
 //
+// Version 2:
+//
+//   - kite_auth is the one row holding the authentication state (etcd's
+//     users, roles, whether auth is enabled and its revision), encoded by
+//     the Store; a database that never stored one has no row. A state of
+//     some hundreds of KiB is TOASTed out of line.
+//
 // bytea compares bytewise (memcmp), as etcd orders keys; it has no
 // collation. A btree entry is limited to about 2.7 kB, which bounds key
 // length (etcd keys are paths, far shorter).
@@ -86,6 +93,11 @@ func migrations() [][]string {
 			compacted_rev bigint  NOT NULL
 		)`,
 		`INSERT INTO kite_revision (current_rev, compacted_rev) VALUES (0, 0)`,
+	}, {
+		`CREATE TABLE kite_auth (
+			one   boolean NOT NULL PRIMARY KEY DEFAULT true CHECK (one),
+			state bytea   NOT NULL
+		)`,
 	}}
 }
 
@@ -102,6 +114,12 @@ const versionTable = `CREATE TABLE IF NOT EXISTS kite_schema (version integer NO
 // tables, and a failed migration leaves nothing behind. A database written
 // by a newer kite is refused rather than misread.
 func migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
+	return migrateTo(ctx, pool, log, migrations())
+}
+
+// migrateTo is migrate with the steps given: a test makes a database of an
+// older version with the first steps only.
+func migrateTo(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, steps [][]string) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("migrate schema: connect: %w", err)
@@ -125,7 +143,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
 	case err != nil:
 		return fmt.Errorf("migrate schema: read version: %w", err)
 	}
-	want := schemaVersion()
+	want := len(steps)
 	if have > want {
 		return fmt.Errorf("database schema version %d is newer than this kite understands (%d): "+
 			"upgrade kite, or point it at another database", have, want)
@@ -133,7 +151,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
 	if have == want {
 		return nil
 	}
-	for v, step := range migrations()[have:] {
+	for v, step := range steps[have:] {
 		for _, stmt := range step {
 			if _, err := tx.Exec(ctx, stmt); err != nil {
 				return fmt.Errorf("migrate schema to version %d: %w", have+v+1, err)

@@ -148,6 +148,79 @@ func TestSharedNotices(t *testing.T) {
 	expectNotice(t, "B", b.Notices(), mvcc.Notice{Renewed: 9})
 }
 
+// TestSharedAuthNotices: a commit that stored the auth state tells the
+// other servers so (ChangedAuth), with or without a new revision, even on
+// an empty log, and they read the new state.
+func TestSharedAuthNotices(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	a, b := mustOpen(t, dsn), mustOpen(t, dsn)
+	ctx := context.Background()
+	putAuth := func(tx mvcc.WriteTx, state string) {
+		if err := tx.PutAuthState(ctx, []byte(state)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	authOnly := func(state string) {
+		tx, err := a.BeginWrite(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		putAuth(tx, state)
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	readsAuth := func(want string) {
+		t.Helper()
+		tx, err := b.BeginRead(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if got, err := tx.AuthState(ctx); err != nil || string(got) != want {
+			t.Errorf("B reads auth state %q, %v; want %q", got, err, want)
+		}
+	}
+
+	// A user added before the first key: revision 0.
+	authOnly("v1")
+	expectNotice(t, "B", b.Notices(), mvcc.Notice{Changed: mvcc.ChangedAuth})
+	readsAuth("v1")
+
+	rev := commitNext(t, a, "k1", func(tx mvcc.WriteTx, _, _ int64) { putAuth(tx, "v2") })
+	expectNotice(t, "B", b.Notices(), mvcc.Notice{Rev: rev, Changed: mvcc.ChangedAuth})
+	readsAuth("v2")
+
+	// The auth state changes without a new revision, as in etcd.
+	authOnly("v3")
+	expectNotice(t, "B", b.Notices(), mvcc.Notice{Rev: rev, Changed: mvcc.ChangedAuth})
+	readsAuth("v3")
+
+	rev = commitNext(t, a, "k2", func(tx mvcc.WriteTx, _, _ int64) {
+		putAuth(tx, "v4")
+		if err := tx.PutLease(ctx, mvcc.Lease{ID: 7, TTL: 10}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	expectNotice(t, "B", b.Notices(), mvcc.Notice{Rev: rev, Changed: mvcc.ChangedAuth | mvcc.ChangedLeases})
+	readsAuth("v4")
+
+	// A rolled back put sends nothing; a commit without one says nothing
+	// of auth.
+	tx, err := a.BeginWrite(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putAuth(tx, "rolled back")
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	rev = commitNext(t, a, "k3", nil)
+	expectNotice(t, "B", b.Notices(), mvcc.Notice{Rev: rev})
+	readsAuth("v4")
+	expectQuiet(t, "A", a.Notices(), 0)
+}
+
 // TestCloseWithUnreadNotices: a Store that stopped reading its notices
 // does not keep Close from returning.
 func TestCloseWithUnreadNotices(t *testing.T) {

@@ -226,6 +226,18 @@ func (w *writeTx) DeleteLease(ctx context.Context, id int64) error {
 	return nil
 }
 
+// PutAuthState implements mvcc.WriteTx. The commit's notification says
+// the state changed (ChangedAuth), so the other servers re-read it. The
+// bytes are copied: they are sent later, with the next read or the COMMIT.
+func (w *writeTx) PutAuthState(ctx context.Context, state []byte) error {
+	if err := w.writable(ctx, "put auth state"); err != nil {
+		return err
+	}
+	w.pend.statement(sqlPutAuthState, append([]byte{}, state...))
+	w.changed |= mvcc.ChangedAuth
+	return nil
+}
+
 // memberColumn stores a uint64 member ID in a signed bigint; Alarms turns
 // it back.
 func memberColumn(id uint64) int64 { return int64(id) }

@@ -19,6 +19,7 @@ const (
 	qAlarms
 	qUnleasedKeys
 	qAppliedIndex
+	qAuthState
 	// qRange is the first of eight range variants, see rangeID.
 	qRange
 	_
@@ -46,6 +47,7 @@ const (
 	qDeleteLease
 	qPutAlarm
 	qDeleteAlarm
+	qPutAuthState
 	qCompact
 	qBegin
 	qCommit
@@ -103,6 +105,9 @@ func statements() []statement {
 		IFNULL((SELECT value FROM meta WHERE name = 'compacted'), 0)`}
 	s[qAppliedIndex] = statement{sql: `SELECT
 		IFNULL((SELECT value FROM meta WHERE name = 'raft_applied_index'), 0)`}
+	// The authentication state is the BLOB in meta's 'auth' row (see
+	// metaTable): absent until the first PutAuthState.
+	s[qAuthState] = statement{sql: `SELECT value FROM meta WHERE name = 'auth'`}
 	s[qGet] = statement{sql: `SELECT l.key, l.create_rev, l.id >> 20, l.version, l.lease, kv.value
 		FROM live AS l CROSS JOIN kv ON kv.id = l.id
 		WHERE l.key = ?`, params: []param{pFrom}}
@@ -152,6 +157,8 @@ func statements() []statement {
 		ON CONFLICT (name) DO UPDATE SET value = excluded.value`}
 	s[qSetAppliedIndex] = statement{sql: `INSERT INTO meta (name, value)
 		VALUES ('raft_applied_index', ?)
+		ON CONFLICT (name) DO UPDATE SET value = excluded.value`}
+	s[qPutAuthState] = statement{sql: `INSERT INTO meta (name, value) VALUES ('auth', ?)
 		ON CONFLICT (name) DO UPDATE SET value = excluded.value`}
 	s[qPutLease] = statement{sql: `INSERT INTO lease (id, ttl) VALUES (?, ?)
 		ON CONFLICT (id) DO UPDATE SET ttl = excluded.ttl`}

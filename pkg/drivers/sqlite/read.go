@@ -436,6 +436,23 @@ func (r *reader) LeaseKeys(ctx context.Context, id int64) ([][]byte, error) {
 	return out, nil
 }
 
+// AuthState implements mvcc.ReadTx. An empty state that was stored comes
+// back empty, not nil: nil means none was ever stored.
+func (r *reader) AuthState(ctx context.Context) ([]byte, error) {
+	var state []byte
+	err := r.queryRow(ctx, true, qAuthState, []any{blob{&state}})
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, r.fail("read auth state", err)
+	}
+	if state == nil {
+		state = []byte{}
+	}
+	return state, nil
+}
+
 // Rollback ends the read transaction and returns its connection to the
 // pool. A connection whose ROLLBACK failed may still be inside the
 // transaction, so it is replaced rather than reused.

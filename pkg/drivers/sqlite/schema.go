@@ -64,7 +64,22 @@ var schema = []string{
 }
 
 // metaTable is the same in every schema version: it is created first, and
-// the stored version read, before anything else is touched.
+// the stored version read, before anything else is touched. Its rows are
+// named: 'current' and 'compacted' (the revisions), 'schema_version',
+// 'raft_applied_index' (raftsql) and 'auth'.
+//
+// 'auth' holds the authentication state (mvcc.WriteTx.PutAuthState) as a
+// BLOB, although value is declared INTEGER. The table is not STRICT, so the
+// declaration only gives the column INTEGER affinity, and affinity converts
+// TEXT and REAL values, never a BLOB: a BLOB is stored as given, whatever
+// bytes it holds ("123" included). This holds in a WITHOUT ROWID table as in
+// any other: only a rowid table's INTEGER PRIMARY KEY column is special, and
+// meta's key is the TEXT name. TestAuthStateIsBlob checks it. A large state
+// lives in the row's overflow pages, which the lookups of the other rows
+// never read. Every row is read by name, never all of meta at once, so the
+// row needs no schema change: a file written before it existed opens as it
+// is (no row: no state, until the first PutAuthState), and schema_version
+// stays 2.
 const metaTable = `CREATE TABLE IF NOT EXISTS meta (
 		name  TEXT    NOT NULL PRIMARY KEY,
 		value INTEGER NOT NULL

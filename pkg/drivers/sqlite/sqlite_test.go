@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -179,5 +180,61 @@ func TestDefragmentShrinksFile(t *testing.T) {
 	}
 	if after >= before {
 		t.Errorf("size after defragment %d, want below %d", after, before)
+	}
+}
+
+// TestAuthStateIsBlob: meta.value is declared INTEGER, yet the auth state
+// is kept there as given, a BLOB, even when its bytes read as a number (as
+// TEXT they would be converted to INTEGER affinity's 123); the revisions in
+// the other rows of the WITHOUT ROWID table are unaffected.
+func TestAuthStateIsBlob(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kite.db")
+	b, err := sqlite.Open(context.Background(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, state := range [][]byte{[]byte("123"), []byte("12.5"), {}, []byte("0123")} {
+		tx, err := b.BeginWrite(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.PutAuthState(ctx, state); err != nil {
+			t.Fatalf("PutAuthState(%q): %v", state, err)
+		}
+		if err := tx.SetRevisions(ctx, 3, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		db, err := sql.Open("sqlite", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var typ string
+		var got []byte
+		err = db.QueryRow(`SELECT typeof(value), value FROM meta WHERE name = 'auth'`).Scan(&typ, &got)
+		db.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if typ != "blob" || string(got) != string(state) {
+			t.Errorf("meta 'auth' after PutAuthState(%q) = %s %q, want blob %q", state, typ, got, state)
+		}
+		rtx, err := b.BeginRead(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur, comp, _ := rtx.Revisions(ctx)
+		st, err := rtx.AuthState(ctx)
+		rtx.Rollback()
+		if err != nil || st == nil || string(st) != string(state) || cur != 3 || comp != 1 {
+			t.Errorf("after PutAuthState(%q): AuthState %q, %v; revisions %d, %d; want %q, 3, 1",
+				state, st, err, cur, comp, state)
+		}
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

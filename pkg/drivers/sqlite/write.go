@@ -128,6 +128,13 @@ func (w *writeTx) DeleteLease(ctx context.Context, id int64) error {
 	return err
 }
 
+// PutAuthState implements mvcc.WriteTx. The state is meta's 'auth' row, a
+// BLOB (see metaTable).
+func (w *writeTx) PutAuthState(ctx context.Context, state []byte) error {
+	_, err := w.exec(ctx, "put auth state", qPutAuthState, nonNil(state))
+	return err
+}
+
 // memberColumn stores a uint64 member ID in SQLite's signed 64-bit integer
 // (database/sql refuses uint64 values with the high bit set); Alarms turns
 // it back.

@@ -62,6 +62,7 @@ func Run(t *testing.T, open func(t *testing.T) mvcc.Backend, opts ...Option) {
 		{"Leases", testLeases},
 		{"LeaseKeysFollowLiveLease", testLeaseKeys},
 		{"Alarms", testAlarms},
+		{"AuthState", testAuthState},
 		{"WriteTxSeesOwnWrites", testWriteSeesOwnWrites},
 		{"DeleteAndPutInOneRevision", testDeleteAndPutInOneRevision},
 		{"RollbackLeavesNoTrace", testRollback},
