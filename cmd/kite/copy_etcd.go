@@ -46,6 +46,11 @@ func copyFromEtcd(ctx context.Context, cfg copyConfig, dst mvcc.Backend, p *prog
 	// begins, one request per lease: Postgres ends a write transaction
 	// idle for 30 s, and a cluster may have many leases.
 	ttls, err := leaseTTLs(ctx, cli, cfg.commandTimeout)
+	kine := isKineUnsupported(err)
+	if kine {
+		fmt.Fprintln(logw, "kite copy: the source is kine (no lease listing): lease IDs are TTLs, versions are not kept, whole-keyspace ranges are not paged")
+		ttls, err = map[int64]int64{}, nil
+	}
 	if err != nil {
 		return copied{}, err
 	}
@@ -61,7 +66,12 @@ func copyFromEtcd(ctx context.Context, cfg copyConfig, dst mvcc.Backend, p *prog
 		key := []byte{0}
 		var total int64
 		for {
-			opts := []clientv3.OpOption{clientv3.WithRange("\x00"), clientv3.WithLimit(cfg.pageSize)}
+			opts := []clientv3.OpOption{clientv3.WithRange("\x00")}
+			if !kine {
+				// kine answers its whole key space in one response whatever
+				// the limit, and nothing for any other range ending at "\x00".
+				opts = append(opts, clientv3.WithLimit(cfg.pageSize))
+			}
 			if c.current != 0 {
 				opts = append(opts, clientv3.WithRev(c.current))
 			}
@@ -81,6 +91,20 @@ func copyFromEtcd(ctx context.Context, cfg copyConfig, dst mvcc.Backend, p *prog
 				p.setTotal(total, "keys")
 			}
 			for _, kv := range resp.Kvs {
+				if kine && string(kv.Key) == "compact_rev_key" && kv.Version == 0 {
+					// kine's own compaction bookkeeping, listed under the name
+					// of kube-apiserver's compact_rev_key (which kine keeps
+					// as compact_rev_key_apiserver, its version encoded).
+					total--
+					continue
+				}
+				if kine && kv.Version == 0 {
+					// kine keeps no versions: the least etcd could report.
+					kv.Version = 1
+					if kv.ModRevision != kv.CreateRevision {
+						kv.Version = 2
+					}
+				}
 				if kv.ModRevision > c.current || kv.CreateRevision > kv.ModRevision || kv.Version < 1 {
 					return fmt.Errorf("source: key %q at revision %d has create %d, mod %d, version %d", kv.Key, c.current, kv.CreateRevision, kv.ModRevision, kv.Version)
 				}
@@ -102,6 +126,12 @@ func copyFromEtcd(ctx context.Context, cfg copyConfig, dst mvcc.Backend, p *prog
 		}
 		if c.sum.n != total {
 			return fmt.Errorf("source: read %d keys at revision %d, but its first page counted %d", c.sum.n, c.current, total)
+		}
+		if kine {
+			// kine's LeaseGrant answers ID = TTL: a key's lease is its TTL.
+			for id := range leased {
+				ttls[id] = id
+			}
 		}
 		if c.leases, err = copyLeases(ctx, cli, cfg.commandTimeout, out, ttls, leased, logw); err != nil {
 			return err
@@ -183,4 +213,9 @@ func copyLeases(ctx context.Context, cli *clientv3.Client, timeout time.Duration
 		out = append(out, l)
 	}
 	return out, nil
+}
+
+// isKineUnsupported tells kine's answer to LeaseLeases.
+func isKineUnsupported(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "lease leases is not supported")
 }

@@ -40,6 +40,7 @@ export PATH="/usr/local/go/bin:$PATH"
 KITE_KUBE_DATASTORE=${KITE_KUBE_DATASTORE:-sqlite}
 ENDPOINT=${KITE_DATASTORE_ENDPOINT:-}
 PG_DB=""      # the database this script created (KITE_KUBE_DATASTORE=postgres)
+COPY_PG_DB="" # the database it created for the kite copy test (same mode)
 PG_CHECK=""   # a psql connection string to look into kite's database
 case "$KITE_KUBE_DATASTORE" in
 sqlite) ;;
@@ -135,25 +136,27 @@ storage_desc() {
 }
 redact() { sed -E 's#(://[^:/@]*:)[^@]*@#\1xxxxx@#' <<<"$1"; }
 
-# drop_db: drop the database this script created, once kite has stopped.
+# drop_db NAME: drop a database this script created, once kite has stopped.
 drop_db() {
-  [ -n "$PG_DB" ] || return 0
+  local db=$1
+  [ -n "$db" ] || return 0
   if [ "${KITE_KUBE_KEEP:-}" = 1 ]; then
-    echo "KITE_KUBE_KEEP=1: keeping database $PG_DB (dropdb -h 127.0.0.1 -U postgres --force $PG_DB)"
+    echo "KITE_KUBE_KEEP=1: keeping database $db (dropdb -h 127.0.0.1 -U postgres --force $db)"
     return 0
   fi
   if psql "${PG_ADMIN[@]}" -d postgres -q -v ON_ERROR_STOP=1 \
-    -c "DROP DATABASE IF EXISTS \"$PG_DB\" WITH (FORCE)" >/dev/null 2>"$WORK/dropdb.err"; then
-    echo "dropped database $PG_DB"
+    -c "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)" >/dev/null 2>"$WORK/dropdb.err"; then
+    echo "dropped database $db"
   else
-    fail "drop database $PG_DB: $(cat "$WORK/dropdb.err")"
+    fail "drop database $db: $(cat "$WORK/dropdb.err")"
   fi
 }
 
 cleanup() {
   local rc=$?
   for name in "${!PIDS[@]}"; do stop_pid "$name"; done
-  drop_db
+  drop_db "$PG_DB"
+  drop_db "$COPY_PG_DB"
   if [ "$rc" -ne 0 ] || [ "$FAILED" -ne 0 ]; then
     for f in "$LOGS"/*.log; do
       [ -f "$f" ] || continue
@@ -325,11 +328,18 @@ start_kite() {
     done
     return 0
   fi
-  "$BIN/kite" --name kite-kube --data-dir "$KITE_DATA" "${KITE_STORAGE_FLAGS[@]}" \
-    --listen-client-urls "$KITE_URL" --advertise-client-urls "$KITE_URL" "${KITE_TLS_FLAGS[@]}" \
-    --log-level warn >>"$LOGS/kite.log" 2>&1 &
-  PIDS[kite]=$!
-  wait_for 30 "kite answers /health" kite_curl "$KITE_URL/health"
+  start_single_kite kite "$KITE_DATA" "$KITE_URL" "${KITE_STORAGE_FLAGS[@]}"
+}
+# start_single_kite NAME DATA-DIR URL [STORAGE-FLAGS...]: one kite (not
+# raftsql) logging to NAME.log, waited for.
+start_single_kite() {
+  local name=$1 data=$2 url=$3
+  shift 3
+  "$BIN/kite" --name kite-kube --data-dir "$data" "$@" \
+    --listen-client-urls "$url" --advertise-client-urls "$url" "${KITE_TLS_FLAGS[@]}" \
+    --log-level warn >>"$LOGS/$name.log" 2>&1 &
+  PIDS[$name]=$!
+  wait_for 30 "$name answers /health" kite_curl "$url/health"
 }
 if [ "$DATASTORE" = raftsql ]; then
   log "starting a raftsql cluster of 3 kite members: $INITIAL_CLUSTER, clients on $KITE_URL"
@@ -420,23 +430,28 @@ export KUBECONFIG="$WORK/kubeconfig"
 kubectl() { "$BIN/kubectl" --request-timeout=30s "$@"; }
 
 # ---------------------------------------------------------- kube-apiserver
+# start_apiserver NAME PORT ETCD-SERVERS CERT-DIR: kube-apiserver on kite,
+# logging to NAME.log.
+start_apiserver() {
+  "$BIN/kube-apiserver" \
+    --etcd-servers="$3" "${APISERVER_ETCD_TLS[@]}" \
+    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$2" \
+    --endpoint-reconciler-type=none \
+    --cert-dir="$4" \
+    --token-auth-file="$WORK/tokens.csv" \
+    --authorization-mode=Node,RBAC \
+    --service-account-key-file="$WORK/sa.pub" \
+    --service-account-signing-key-file="$WORK/sa.key" \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-cluster-ip-range=10.96.0.0/16 \
+    --etcd-compaction-interval="$COMPACTION_INTERVAL" \
+    --event-ttl="$EVENT_TTL" \
+    --v=2 --vmodule=compact=4,store=4,watcher=4,feature_support_checker=4 \
+    >"$LOGS/$1.log" 2>&1 &
+  PIDS[$1]=$!
+}
 log "starting kube-apiserver on 127.0.0.1:$API_PORT (etcd: kite)"
-"$BIN/kube-apiserver" \
-  --etcd-servers="$KITE_URL" "${APISERVER_ETCD_TLS[@]}" \
-  --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$API_PORT" \
-  --endpoint-reconciler-type=none \
-  --cert-dir="$WORK/certs" \
-  --token-auth-file="$WORK/tokens.csv" \
-  --authorization-mode=Node,RBAC \
-  --service-account-key-file="$WORK/sa.pub" \
-  --service-account-signing-key-file="$WORK/sa.key" \
-  --service-account-issuer=https://kubernetes.default.svc.cluster.local \
-  --service-cluster-ip-range=10.96.0.0/16 \
-  --etcd-compaction-interval="$COMPACTION_INTERVAL" \
-  --event-ttl="$EVENT_TTL" \
-  --v=2 --vmodule=compact=4,store=4,watcher=4,feature_support_checker=4 \
-  >"$LOGS/kube-apiserver.log" 2>&1 &
-PIDS[kube-apiserver]=$!
+start_apiserver kube-apiserver "$API_PORT" "$KITE_URL" "$WORK/certs"
 api_ready() { [ "$(kubectl get --raw /readyz 2>/dev/null)" = ok ]; }
 timed "kube-apiserver start to /readyz" wait_for 180 "kube-apiserver /readyz" api_ready ||
   die "kube-apiserver not ready"
@@ -803,6 +818,75 @@ stop_pid kubectl-watch-w1
 log "watch after the restart"
 watch_cycle w3
 stop_pid kubectl-watch-w3
+
+# ------------------------------------------------------- kite copy
+# `kite copy` from the running kite (raftsql: from its three members' client
+# URLs) into a fresh SQLite, and with KITE_KUBE_DATASTORE=postgres also into a
+# fresh Postgres database; on each copy a second kite and a second
+# kube-apiserver must list every configmap and secret of the workload's
+# namespaces with the resourceVersion the first lists. The first apiserver
+# keeps running (its leases go on being written): the copy is of one
+# revision, and those objects were all written before it.
+COPY_TARGETS=(sqlite)
+if [ "$KITE_KUBE_DATASTORE" = postgres ]; then
+  COPY_PG_DB="kite_kube_copy_$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
+  if createdb "${PG_ADMIN[@]}" "$COPY_PG_DB" 2>"$LOGS/createdb-copy.log"; then
+    COPY_TARGETS+=(postgres)
+  else
+    fail "createdb $COPY_PG_DB: $(cat "$LOGS/createdb-copy.log")"
+    COPY_PG_DB=""
+  fi
+fi
+# rv_list [KUBECTL-FLAGS]: "KIND NAMESPACE/NAME RESOURCEVERSION" of every
+# configmap and secret in the workload's namespaces, sorted.
+rv_list() {
+  kubectl "$@" get cm,secret -A \
+    -o jsonpath='{range .items[*]}{.kind} {.metadata.namespace}/{.metadata.name} {.metadata.resourceVersion}{"\n"}{end}' |
+    { grep -E '^[A-Za-z]+ kite-(bulk|watch|events)/' || true; } | sort
+}
+copy_check() { # copy_check TARGET: copy, serve, compare
+  local target=$1 url port api_port rv_want rv_got s
+  local -a to storage=()
+  case "$target" in
+  sqlite) to=(--to-data-dir "$WORK/copy-sqlite") ;;
+  postgres)
+    to=(--to "postgres://postgres@127.0.0.1:${PGPORT:-5432}/$COPY_PG_DB?sslmode=disable")
+    storage=(--datastore-endpoint "${to[1]}")
+    ;;
+  esac
+  # ETCDCTL_TLS (--cacert --cert --key) are kite copy's flags too. Not
+  # timed: timed answers 0 in a condition whatever its command did.
+  s=$(date +%s)
+  if ! "$BIN/kite" copy --from "$KITE_URL" "${ETCDCTL_TLS[@]}" "${to[@]}" >"$LOGS/copy-$target.log" 2>&1; then
+    fail "kite copy --from $KITE_URL into $target: $(tail -n 3 "$LOGS/copy-$target.log")"
+    return 0
+  fi
+  TIMINGS+=("kite copy into $target: $(($(date +%s) - s))s")
+  pass "kite copy into $target: $(grep -o 'verified: [0-9]* keys at revision [0-9]*' "$LOGS/copy-$target.log")"
+  port=$(free_port)
+  url="${KITE_URLS[0]%%://*}://127.0.0.1:$port"
+  start_single_kite "kite-copy-$target" "$WORK/copy-$target" "$url" "${storage[@]}" || return 0
+  api_port=$(free_port)
+  start_apiserver "kube-apiserver-copy-$target" "$api_port" "$url" "$WORK/copy-certs-$target"
+  copy_api_ready() { [ "$(kubectl --server="https://127.0.0.1:$api_port" get --raw /readyz 2>/dev/null)" = ok ]; }
+  s=$(date +%s)
+  if wait_for 180 "kube-apiserver on the $target copy /readyz" copy_api_ready; then
+    TIMINGS+=("kube-apiserver on the $target copy to /readyz: $(($(date +%s) - s))s")
+    rv_want=$(rv_list) || fail "kubectl get cm,secret -A on the first apiserver"
+    rv_got=$(rv_list --server="https://127.0.0.1:$api_port") || fail "kubectl get cm,secret -A on the $target copy"
+    check "configmaps and secrets of kite-bulk, kite-watch, kite-events listed by the apiserver on the $target copy" \
+      "$(wc -l <<<"$rv_got")" "$(wc -l <<<"$rv_want")"
+    if [ "$(wc -l <<<"$rv_want")" -ge 1000 ] && [ "$rv_want" = "$rv_got" ]; then
+      pass "every one of them has the same resourceVersion on both apiservers ($target copy)"
+    else
+      fail "$(wc -l <<<"$rv_want") objects; resourceVersions on the $target copy differ (< original, > copy): $(diff <(echo "$rv_want") <(echo "$rv_got") | head -n 5 | tr '\n' ' ')"
+    fi
+  fi
+  stop_pid "kube-apiserver-copy-$target"
+  stop_pid "kite-copy-$target"
+}
+log "kite copy of the running kite into ${COPY_TARGETS[*]}; kube-apiserver on each copy"
+for target in "${COPY_TARGETS[@]}"; do copy_check "$target"; done
 
 log "deleting namespace kite-bulk removes its objects"
 timed "kubectl delete namespace kite-bulk" kubectl delete namespace kite-bulk --timeout=180s >/dev/null ||
