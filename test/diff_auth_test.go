@@ -2,9 +2,18 @@ package test
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 
 	"go.etcd.io/etcd/api/v3/authpb"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -231,5 +240,66 @@ func TestDiffAuth(t *testing.T) {
 		{"status, disabled again", anon(&pb.AuthStatusRequest{})},
 		{"anonymous put after disable", anon(put("after", "1"))},
 		{"users kept", anon(&pb.AuthUserListRequest{})},
+	})
+}
+
+// TestDiffAuthJWT: with --auth-token jwt (etcd's option syntax, RS256 keys
+// made here), tokens are JWTs both servers accept and check alike; a token
+// signed by another key is refused.
+func TestDiffAuthJWT(t *testing.T) {
+	dir := t.TempDir()
+	writeKey := func(name string) (priv, pub string) {
+		key, err := rsa.GenerateKey(rand.Reader, 2048)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pubDER, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		priv, pub = filepath.Join(dir, name+".key"), filepath.Join(dir, name+".pub")
+		if err := os.WriteFile(priv, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(pub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return priv, pub
+	}
+	priv, pub := writeKey("jwt")
+	p := newPair(t, "--auth-token=jwt,pub-key="+pub+",priv-key="+priv+",sign-method=RS256,ttl=10m")
+	grant := &pb.AuthRoleGrantPermissionRequest{Name: "rw", Perm: &authpb.Permission{PermType: authpb.READWRITE, Key: bs("a"), RangeEnd: bs("c")}}
+	// A JWT signed with another key, for user root: refused.
+	forged := func(ctx context.Context, s *server) (proto.Message, error) {
+		otherPriv, _ := writeKey("other")
+		b, err := os.ReadFile(otherPriv)
+		if err != nil {
+			return nil, err
+		}
+		block, _ := pem.Decode(b)
+		key, err := x509.ParsePKCS1PrivateKey(block.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		tok, err := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{"username": "root", "revision": 1,
+			"exp": time.Now().Add(time.Hour).Unix()}).SignedString(key)
+		if err != nil {
+			return nil, err
+		}
+		return withToken(tok, rng("a", ""))(ctx, s)
+	}
+	p.run([]step{
+		{"add root", authAs("", "", &pb.AuthUserAddRequest{Name: "root", Password: "rootpw"})},
+		{"root role", authAs("", "", &pb.AuthUserGrantRoleRequest{User: "root", Role: "root"})},
+		{"add role rw", authAs("", "", &pb.AuthRoleAddRequest{Name: "rw"})},
+		{"grant rw", authAs("", "", grant)},
+		{"add alice", authAs("", "", &pb.AuthUserAddRequest{Name: "alice", Password: "alicepw"})},
+		{"alice gets rw", authAs("", "", &pb.AuthUserGrantRoleRequest{User: "alice", Role: "rw"})},
+		{"enable", authAs("", "", &pb.AuthEnableRequest{})},
+		{"alice puts a (JWT)", authAs("alice", "alicepw", put("a", "1"))},
+		{"alice reads outside: denied", authAs("alice", "alicepw", rng("x", ""))},
+		{"root reads all", authAs("root", "rootpw", all())},
+		{"forged token", op(forged)},
+		{"garbage token", withToken("a.b.c", rng("a", ""))},
 	})
 }

@@ -235,3 +235,57 @@ func watchLines(t *testing.T, endpoint string, n int, args ...string) string {
 	}
 	return buf.tail(1 << 20)
 }
+
+// TestEtcdctlAuth: an operator's auth session with etcdctl's user, role
+// and auth commands and its --user flag, against kite and etcd; the
+// outputs and successes must be the same.
+func TestEtcdctlAuth(t *testing.T) {
+	p := newPair(t)
+	root := []string{"--user", "root:rootpw"}
+	alice := []string{"--user", "alice:alicepw"}
+	session := [][]string{
+		{"user", "add", "root", "--new-user-password", "rootpw"},
+		{"role", "add", "root"},
+		{"user", "grant-role", "root", "root"},
+		{"role", "add", "app"},
+		{"role", "grant-permission", "app", "readwrite", "/app/", "--prefix"},
+		{"role", "grant-permission", "app", "read", "/shared"},
+		{"user", "add", "alice", "--new-user-password", "alicepw"},
+		{"user", "grant-role", "alice", "app"},
+		{"user", "add", "svc", "--no-password"},
+		{"auth", "enable"},
+		{"auth", "status"},
+		{"put", "/app/x", "1"},
+		append(alice, "put", "/app/x", "1"),
+		append(alice, "get", "/app/", "--prefix"),
+		append(alice, "put", "/other", "1"),
+		append(alice, "get", "/shared"),
+		append(alice, "user", "list"),
+		append(root, "user", "list"),
+		append(root, "role", "list"),
+		append(root, "user", "get", "alice"),
+		append(root, "role", "get", "app"),
+		append(root, "role", "revoke-permission", "app", "/shared"),
+		append(root, "user", "passwd", "alice", "--new-user-password", "newpw"),
+		append(alice, "get", "/app/x"),
+		{"--user", "alice:newpw", "get", "/app/x"},
+		append(root, "user", "revoke-role", "alice", "app"),
+		{"--user", "alice:newpw", "get", "/app/x"},
+		append(root, "user", "delete", "alice"),
+		append(root, "role", "delete", "app"),
+		append(root, "auth", "disable"),
+		{"auth", "status"},
+		{"put", "/app/x", "2"},
+	}
+	for _, args := range session {
+		var outs [2]string
+		var errs [2]error
+		for j, s := range p.both() {
+			out, err := ctl(t, s.Endpoint, "", args...)
+			outs[j], errs[j] = normCtl(out, nil), err
+		}
+		if outs[0] != outs[1] || (errs[0] == nil) != (errs[1] == nil) {
+			t.Errorf("etcdctl %v:\netcd (err %v):\n%s\nkite (err %v):\n%s", args, errs[0], outs[0], errs[1], outs[1])
+		}
+	}
+}

@@ -274,6 +274,7 @@ func (s *server) waitReady(deadline time.Time, exited <-chan struct{}) error {
 // etcdConfig holds the settings shared by kite flags and the embedded etcd.
 type etcdConfig struct {
 	progressNotify time.Duration
+	authToken      string
 }
 
 // parseFlags maps the kite flags the tests use onto an embedded etcd config.
@@ -289,6 +290,8 @@ func parseFlags(t testing.TB, flags []string) etcdConfig {
 				t.Fatalf("flag %s: %v", f, err)
 			}
 			c.progressNotify = d
+		case "auth-token":
+			c.authToken = val
 		default:
 			t.Fatalf("flag %q not understood by the embedded etcd (use --name=value)", f)
 		}
@@ -335,6 +338,9 @@ func (es *etcdServer) start() error {
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.LogLevel = "error"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	if es.cfg.authToken != "" {
+		cfg.AuthToken = es.cfg.authToken
+	}
 	if es.cfg.progressNotify > 0 {
 		cfg.WatchProgressNotifyInterval = es.cfg.progressNotify
 	}
