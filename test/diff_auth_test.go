@@ -14,12 +14,16 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"go.etcd.io/etcd/api/v3/authpb"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/kite-db/kite/pkg/server/tlstest"
 )
 
 // Differential tests of etcd's auth: every Auth RPC, the root rules, and the
@@ -301,5 +305,66 @@ func TestDiffAuthJWT(t *testing.T) {
 		{"root reads all", authAs("root", "rootpw", all())},
 		{"forged token", op(forged)},
 		{"garbage token", withToken("a.b.c", rng("a", ""))},
+	})
+}
+
+// TestDiffAuthClientCert: with --client-cert-auth, a request without a
+// token is the user its certificate names (CN), without a password, on
+// etcd and on kite alike.
+func TestDiffAuthClientCert(t *testing.T) {
+	pki := newTLSPKI(t)
+	setup := tlsSetup{certFile: pki.certFile, keyFile: pki.keyFile, caFile: pki.caFile, clientCertAuth: true}
+	etcdAddr, err := startEtcdTLS(t, setup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kiteAddr, err := startKiteTLS(t, setup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs := map[string]*tlstest.Cert{}
+	for _, cn := range []string{"root", "alice", "nobody"} {
+		certs[cn] = pki.ca.Issue(t, tlstest.Options{CommonName: cn})
+	}
+	// One connection per server and certificate.
+	servers := map[string]map[string]*server{}
+	for name, addr := range map[string]string{"etcd": etcdAddr, "kite": kiteAddr} {
+		servers[name] = map[string]*server{}
+		for cn, cert := range certs {
+			c, err := clientv3.New(clientv3.Config{Endpoints: []string{"https://" + addr},
+				TLS: pki.client(t, cert, true), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			conn := c.ActiveConnection()
+			servers[name][cn] = &server{name: name, Client: c, KV: pb.NewKVClient(conn), Lease: pb.NewLeaseClient(conn),
+				Watch: pb.NewWatchClient(conn), Maint: pb.NewMaintenanceClient(conn), Cluster: pb.NewClusterClient(conn)}
+		}
+	}
+	as := func(cn string, req any) op {
+		return func(ctx context.Context, s *server) (proto.Message, error) {
+			return doAuth(ctx, servers[s.name][cn], req)
+		}
+	}
+	p := &pair{t: t, etcd: &etcdServer{server: &server{name: "etcd"}}, kite: &kiteProcess{server: &server{name: "kite"}}}
+	grant := &pb.AuthRoleGrantPermissionRequest{Name: "app", Perm: &authpb.Permission{PermType: authpb.READWRITE, Key: bs("a"), RangeEnd: bs("c")}}
+	p.run([]step{
+		{"add root", as("root", &pb.AuthUserAddRequest{Name: "root", Password: "rootpw"})},
+		{"root role", as("root", &pb.AuthRoleAddRequest{Name: "root"})},
+		{"grant root", as("root", &pb.AuthUserGrantRoleRequest{User: "root", Role: "root"})},
+		{"add app", as("root", &pb.AuthRoleAddRequest{Name: "app"})},
+		{"grant app", as("root", grant)},
+		{"add alice without password", as("root", &pb.AuthUserAddRequest{Name: "alice", Options: &authpb.UserAddOptions{NoPassword: true}})},
+		{"alice gets app", as("root", &pb.AuthUserGrantRoleRequest{User: "alice", Role: "app"})},
+		{"enable (the root certificate)", as("root", &pb.AuthEnableRequest{})},
+		{"alice's certificate puts a", as("alice", put("a", "1"))},
+		{"alice's certificate puts z: denied", as("alice", put("z", "1"))},
+		{"alice's certificate reads a", as("alice", rng("a", ""))},
+		{"alice's certificate lists users: denied", as("alice", &pb.AuthUserListRequest{})},
+		{"an unknown user's certificate", as("nobody", rng("a", ""))},
+		{"the root certificate lists users", as("root", &pb.AuthUserListRequest{})},
+		{"the root certificate reads all", as("root", all())},
+		{"disable", as("root", &pb.AuthDisableRequest{})},
 	})
 }

@@ -8,6 +8,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/server/v3/auth"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 
 	"github.com/kite-db/kite/pkg/mvcc"
 )
@@ -21,11 +23,27 @@ import (
 // read-locked flag per request.
 type authorizer struct {
 	store *mvcc.Store
+	// clientCertAuth: a request without a token is the user named by its
+	// verified client certificate's common name (etcd's --client-cert-auth).
+	clientCertAuth bool
 }
 
-// info is the caller: from its token, or nil when it sent none.
+// info is the caller: from its token, else (with --client-cert-auth)
+// its certificate's common name, else nil.
 func (a *authorizer) info(ctx context.Context) (*auth.AuthInfo, error) {
-	return a.store.Auth().AuthInfoFromCtx(ctx)
+	as := a.store.Auth()
+	ai, err := as.AuthInfoFromCtx(ctx)
+	if ai != nil || err != nil || !a.clientCertAuth {
+		return ai, err
+	}
+	// etcd's AuthInfoFromTLS expects TLS peer information; a request over
+	// a plain listener (unix socket, http://) has none.
+	if p, ok := peer.FromContext(ctx); !ok || p == nil {
+		return nil, nil
+	} else if _, isTLS := p.AuthInfo.(credentials.TLSInfo); !isTLS {
+		return nil, nil
+	}
+	return as.AuthInfoFromTLS(ctx), nil
 }
 
 // caller is info for the permission checks, which etcd always hands an

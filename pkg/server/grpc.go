@@ -43,6 +43,8 @@ const streamWorkers = 64
 func newGRPCServer(log *slog.Logger, cfg Config, metrics *grpcprom.ServerMetrics, bytes stats.Handler, svc services) *grpc.Server {
 	opts := []grpc.ServerOption{
 		grpc.StatsHandler(bytes),
+		// Client certificates reach the handlers (authtls.go).
+		grpc.Creds(newTLSAuthInfo()),
 		grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor(), recoverUnary(log), slowUnary(log, cfg.WarningApplyDuration), learnerUnary(svc.cluster.hdr), authUnary(svc.auth.authz)),
 		grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor(), recoverStream(log), learnerStream(svc.cluster.hdr), authStream(svc.auth.authz)),
 		// Room above MaxRequestBytes so an oversized write reaches the

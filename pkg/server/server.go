@@ -202,7 +202,7 @@ func (s *Server) buildServers() {
 	}
 	gatherer := newGatherer(reg, raft != nil)
 
-	authz := &authorizer{store: s.store}
+	authz := &authorizer{store: s.store, clientCertAuth: cfg.TLS.ClientCertAuth}
 	s.grpc = newGRPCServer(s.log, cfg, metrics, newGRPCBytes(reg), services{
 		kv: &kvServer{store: s.store, hdr: hdr, maxTxnOps: cfg.MaxTxnOps, maxRequestBytes: cfg.MaxRequestBytes, metrics: kvm, authz: authz},
 		watch: &watchServer{store: s.store, hdr: hdr, log: s.log.With("component", "watch"), authz: authz,
