@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -245,6 +246,24 @@ func TestDiffAuth(t *testing.T) {
 		{"anonymous put after disable", anon(put("after", "1"))},
 		{"users kept", anon(&pb.AuthUserListRequest{})},
 	})
+	// No password, nor the token of a session, in kite's log.
+	ctx := testCtx(t, 10*time.Second)
+	if _, err := authAs("", "", &pb.AuthEnableRequest{})(ctx, p.kite.server); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := pb.NewAuthClient(p.kite.Client.ActiveConnection()).Authenticate(ctx, &pb.AuthenticateRequest{Name: "root", Password: "rootpw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := withToken(tok.Token, put("a", "secret-by-token"))(ctx, p.kite.server); err != nil {
+		t.Fatal(err)
+	}
+	log := p.kite.log.tail(1 << 22)
+	for _, secret := range []string{"rootpw", "alicepw", "bobpw", tok.Token} {
+		if strings.Contains(log, secret) {
+			t.Errorf("kite's log holds %q", secret)
+		}
+	}
 }
 
 // TestDiffAuthJWT: with --auth-token jwt (etcd's option syntax, RS256 keys
