@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"testing"
@@ -119,5 +120,50 @@ func TestRaftSQLPeerAutoTLS(t *testing.T) {
 		if matches, _ := filepath.Glob(filepath.Join(m.dataDir, "fixtures", "peer", "cert.pem")); len(matches) == 0 {
 			t.Errorf("member %s: no self-signed certificate in fixtures/peer", m.name)
 		}
+	}
+}
+
+// TestRaftSQLPeerClientCert: a member presents --peer-client-cert-file,
+// not its server certificate, when it connects to another member (etcd's
+// flag). The server certificates here are for server authentication only,
+// which a peer checking client certificates refuses: the cluster forms
+// only if every member presents its client certificate. The TLS version
+// flags apply to peers too.
+func TestRaftSQLPeerClientCert(t *testing.T) {
+	if againstEtcd {
+		t.Skip("kite's peer TLS: etcd is proven by its own tests")
+	}
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "peer CA")
+	caFile := tlstest.Write(t, dir, "ca.pem", ca.PEM)
+	flags := func(i int) []string {
+		srv := ca.Issue(t, tlstest.Options{CommonName: "kite-peer", Server: true, ServerOnly: true})
+		cli := ca.Issue(t, tlstest.Options{CommonName: "kite-peer"})
+		name := fmt.Sprintf("m%d", i)
+		return []string{
+			"--peer-cert-file", tlstest.Write(t, dir, name+".pem", srv.CertPEM),
+			"--peer-key-file", tlstest.Write(t, dir, name+"-key.pem", srv.KeyPEM),
+			"--peer-client-cert-file", tlstest.Write(t, dir, name+"-client.pem", cli.CertPEM),
+			"--peer-client-key-file", tlstest.Write(t, dir, name+"-client-key.pem", cli.KeyPEM),
+		}
+	}
+	c := startClusterOf(t, 3, &cluster{
+		scheme: "https",
+		extra: []string{"--peer-trusted-ca-file", caFile, "--peer-client-cert-auth",
+			"--peer-cert-allowed-cn", "kite-peer", "--tls-min-version", "TLS1.3"},
+		perMember: flags,
+	})
+	ctx := testCtx(t, time.Minute)
+	rev := putEventually(t, c.members[0], "pcc/a", "1", 10*time.Second).Header.Revision
+	waitApplied(t, c, rev)
+	sameHashKV(t, ctx, c, rev)
+
+	// TLS 1.3 only on the peer URL: a TLS 1.2 client is refused.
+	cli := ca.Issue(t, tlstest.Options{CommonName: "kite-peer"})
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: tlstest.Pool(ca), Certificates: []tls.Certificate{cli.TLS(t)}, MaxVersion: tls.VersionTLS12}}}
+	if resp, err := hc.Get(c.members[1].peerURL + "/kite/members"); err == nil {
+		resp.Body.Close()
+		t.Errorf("peer URL with --tls-min-version TLS1.3 served a TLS 1.2 client")
 	}
 }

@@ -34,7 +34,7 @@ func etcdFlags() []string {
 		"discovery-srv", "discovery-srv-name",
 		"heartbeat-interval", "election-timeout", "snapshot-count", "max-snapshots", "max-wals",
 		"corrupt-check-time", "peer-cert-file", "peer-key-file", "peer-trusted-ca-file",
-		"peer-client-cert-auth", "peer-auto-tls", "peer-crl-file", "peer-cert-allowed-cn", "snapshot-catchup-entries", "experimental-snapshot-catchup-entries",
+		"peer-client-cert-auth", "peer-auto-tls", "peer-crl-file", "peer-cert-allowed-cn", "peer-client-cert-file", "peer-client-key-file", "snapshot-catchup-entries", "experimental-snapshot-catchup-entries",
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/tlsutil"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 
 	"github.com/kite-db/kite/pkg/datastore"
@@ -89,6 +90,8 @@ type serveFlags struct {
 	peerAutoTLS        bool
 	peerCRLFile        string
 	peerAllowedCNs     stringsFlag
+	peerClientCertFile string
+	peerClientKeyFile  string
 	// raft is the bootstrap built from them when they select raftsql.
 	raft *raftsql.Config
 
@@ -170,6 +173,8 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.BoolVar(&f.peerClientCertAuth, "peer-client-cert-auth", false, "Enable peer client cert authentication.")
 	fs.BoolVar(&f.peerAutoTLS, "peer-auto-tls", false, "Peer TLS using generated certificates (in <data-dir>/fixtures/peer).")
 	fs.StringVar(&f.peerCRLFile, "peer-crl-file", "", "Path to the peer certificate revocation list file.")
+	fs.StringVar(&f.peerClientCertFile, "peer-client-cert-file", "", "Path to the certificate this member presents to other members (default: --peer-cert-file).")
+	fs.StringVar(&f.peerClientKeyFile, "peer-client-key-file", "", "Path to the key of --peer-client-cert-file.")
 	fs.Var(&f.peerAllowedCNs, "peer-cert-allowed-cn", "Comma-separated `list` of allowed CNs for inter-peer TLS authentication.")
 	fs.StringVar(&f.datastoreEndpoint, "datastore-endpoint", "", "Storage: empty or sqlite://PATH for the embedded SQLite database (kite.db in --data-dir by default); postgres://user:pass@host/db?sslmode=... for several kite servers on one Postgres database; raftsql for a member of a raft cluster (also selected by --initial-cluster or --listen-peer-urls).")
 	fs.IntVar(&f.datastoreMaxOpenConns, "datastore-max-open-connections", 0, "Most connections to a database server (0: the driver's default).")
@@ -300,6 +305,19 @@ func (f *serveFlags) raftMode() bool {
 
 // raftConfig turns etcd's cluster flags into a raftsql member's bootstrap.
 func (f *serveFlags) raftConfig() (*raftsql.Config, error) {
+	// --cipher-suites and --tls-min/max-version are etcd's for peers too.
+	ciphers, err := tlsutil.GetCipherSuites(f.cipherSuites)
+	if err != nil {
+		return nil, fmt.Errorf("--cipher-suites: %w", err)
+	}
+	minV, err := tlsutil.GetTLSVersion(f.tlsMinVersion)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-min-version: %w", err)
+	}
+	maxV, err := tlsutil.GetTLSVersion(f.tlsMaxVersion)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-max-version: %w", err)
+	}
 	advertisePeer := []string(f.advertisePeerURLs)
 	if len(advertisePeer) == 0 {
 		advertisePeer = []string{server.DefaultAdvertisePeerURL}
@@ -347,6 +365,11 @@ func (f *serveFlags) raftConfig() (*raftsql.Config, error) {
 				ClientCertAuth: f.peerClientCertAuth,
 				CRLFile:        f.peerCRLFile,
 				AllowedCNs:     f.peerAllowedCNs,
+				ClientCertFile: f.peerClientCertFile,
+				ClientKeyFile:  f.peerClientKeyFile,
+				CipherSuites:   ciphers,
+				MinVersion:     minV,
+				MaxVersion:     maxV,
 			},
 			AutoTLS:  f.peerAutoTLS,
 			Validity: f.selfSignedCertValidity,

@@ -53,6 +53,9 @@ type Options struct {
 	// Server makes a server certificate (ExtKeyUsageServerAuth) for
 	// 127.0.0.1, ::1 and localhost; otherwise it is a client certificate.
 	Server bool
+	// ServerOnly, with Server, leaves out client authentication: the
+	// certificate cannot authenticate a client.
+	ServerOnly bool
 	// Expired makes a certificate that expired an hour ago.
 	Expired bool
 	// DNSNames and IPs are extra subject alternative names.
@@ -118,6 +121,9 @@ func (ca *CA) Issue(tb testing.TB, o Options) *Cert {
 	}
 	if o.Server {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+		if o.ServerOnly {
+			tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		}
 		tmpl.DNSNames = append(tmpl.DNSNames, "localhost")
 		tmpl.IPAddresses = append(tmpl.IPAddresses, net.IPv4(127, 0, 0, 1), net.IPv6loopback)
 	}
