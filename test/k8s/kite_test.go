@@ -3,6 +3,7 @@ package k8s
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -38,10 +39,14 @@ import (
 // raftsql (every kite is one member of a fresh 3-member raft cluster, the
 // two others started alongside it; the suite talks to that one member; see
 // raftsql_test.go).
+//
+// KITE_K8S_TLS=1 serves every kite over mutual TLS (tls_test.go).
 var (
 	backend   = envOr("KITE_K8S_BACKEND", "kite")
 	datastore = envOr("KITE_K8S_DATASTORE", "sqlite")
 	kiteBin   string
+	// kiteTLS is the PKI of a KITE_K8S_TLS=1 run; nil otherwise.
+	kiteTLS *k8sTLS
 )
 
 func envOr(name, def string) string {
@@ -84,6 +89,19 @@ func runMain(m *testing.M) int {
 		}
 		if datastore == "raftsql" {
 			fmt.Println("k8s storage suite: every kite one member of a fresh 3-member raft cluster; the tests talk to that member")
+		}
+		if os.Getenv("KITE_K8S_TLS") == "1" {
+			dir, err := os.MkdirTemp("", "kite-k8s-tls-")
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			defer os.RemoveAll(dir)
+			if kiteTLS, err = newK8sTLS(dir); err != nil {
+				fmt.Fprintln(os.Stderr, "KITE_K8S_TLS:", err)
+				return 1
+			}
+			fmt.Println("k8s storage suite: over mutual TLS (https, --client-cert-auth)")
 		}
 	default:
 		fmt.Fprintf(os.Stderr, "KITE_K8S_BACKEND=%q: want kite or etcd\n", backend)
@@ -131,6 +149,7 @@ func runServer(t testing.TB, opts serverOptions) *kubernetes.Client {
 	endpoint := startKite(t, opts).endpoint
 	client, err := kubernetes.New(clientv3.Config{
 		Endpoints:   []string{endpoint},
+		TLS:         clientTLS(),
 		DialTimeout: 10 * time.Second,
 		Logger:      zaptest.NewLogger(t, zaptest.Level(zapcore.ErrorLevel)).Named("etcd-client"),
 	})
@@ -187,7 +206,11 @@ func tryStartKite(t testing.TB, opts serverOptions) (kiteServer, error) {
 	if err != nil {
 		return k, err
 	}
-	endpoint := fmt.Sprintf("http://127.0.0.1:%d", port)
+	scheme := "http"
+	if kiteTLS != nil {
+		scheme = "https"
+	}
+	endpoint := fmt.Sprintf("%s://127.0.0.1:%d", scheme, port)
 	k.endpoint = endpoint
 	k.dataDir = filepath.Join(t.TempDir(), "data")
 	args := []string{
@@ -199,6 +222,9 @@ func tryStartKite(t testing.TB, opts serverOptions) (kiteServer, error) {
 	}
 	if k.dsn != "" {
 		args = append(args, "--datastore-endpoint", k.dsn)
+	}
+	if kiteTLS != nil {
+		args = append(args, kiteTLS.kiteFlags()...)
 	}
 	if opts.progressNotifyInterval != 0 {
 		args = append(args, "--watch-progress-notify-interval", opts.progressNotifyInterval.String())
@@ -299,7 +325,7 @@ func freePort() (int, error) {
 // answers, it exits, or 30 s pass.
 func waitReady(endpoint string, exited <-chan struct{}, waitErr *error) error {
 	deadline := time.Now().Add(30 * time.Second)
-	client, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: time.Second})
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, TLS: clientTLS(), DialTimeout: time.Second})
 	if err != nil {
 		return err
 	}
@@ -335,4 +361,12 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// clientTLS is the clients' TLS configuration: nil unless KITE_K8S_TLS=1.
+func clientTLS() *tls.Config {
+	if kiteTLS == nil {
+		return nil
+	}
+	return kiteTLS.client.Clone()
 }

@@ -118,7 +118,7 @@ func TestStorageUnderTest(t *testing.T) {
 		t.Skipf("KITE_K8S_BACKEND=%s: no kite storage to look at", backend)
 	}
 	k := startKite(t, serverOptions{})
-	client, err := clientv3.New(clientv3.Config{Endpoints: []string{k.endpoint}, DialTimeout: 10 * time.Second})
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{k.endpoint}, TLS: clientTLS(), DialTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
