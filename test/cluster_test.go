@@ -97,30 +97,7 @@ func startClusterOf(t *testing.T, n int, c *cluster) *cluster {
 	if c.scheme == "" {
 		c.scheme = "http"
 	}
-	used := map[int]bool{}
-	port := func() int {
-		for {
-			if p := freePort(t); !used[p] {
-				used[p] = true
-				return p
-			}
-		}
-	}
-	for i := range n {
-		m := &clusterMember{c: c, name: fmt.Sprintf("n%d", i)}
-		m.kiteProcess = &kiteProcess{server: &server{name: m.name}, t: t, dataDir: t.TempDir(), port: port(), log: &syncBuffer{}}
-		m.Endpoint = "http://127.0.0.1:" + strconv.Itoa(m.port)
-		m.peerURL = c.scheme + "://127.0.0.1:" + strconv.Itoa(port())
-		c.members = append(c.members, m)
-	}
-	t.Cleanup(func() {
-		for _, m := range c.members {
-			m.kiteProcess.stop()
-			if t.Failed() {
-				t.Logf("member %s log (tail):\n%s", m.name, m.log.tail(8192))
-			}
-		}
-	})
+	c.newMembers(n, func(i int) string { return fmt.Sprintf("n%d", i) }, func(int) string { return "127.0.0.1" })
 	if c.prepare != nil {
 		for _, m := range c.members {
 			c.prepare(c, m)
@@ -508,4 +485,36 @@ func (m *clusterMember) startJoined(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("joined member %s not serving in time: %v\nlog:\n%s", m.name, last, m.log.tail(8192))
+}
+
+// newMembers adds n members, not started, on free ports: member i named
+// name(i), its peer URL on host peerHost(i) (clients always dial
+// 127.0.0.1). They are stopped, and their logs shown if t failed, when t
+// ends.
+func (c *cluster) newMembers(n int, name, peerHost func(int) string) {
+	t := c.t
+	used := map[int]bool{}
+	port := func() int {
+		for {
+			if p := freePort(t); !used[p] {
+				used[p] = true
+				return p
+			}
+		}
+	}
+	for i := range n {
+		m := &clusterMember{c: c, name: name(i)}
+		m.kiteProcess = &kiteProcess{server: &server{name: m.name}, t: t, dataDir: t.TempDir(), port: port(), log: &syncBuffer{}}
+		m.Endpoint = "http://127.0.0.1:" + strconv.Itoa(m.port)
+		m.peerURL = c.scheme + "://" + peerHost(i) + ":" + strconv.Itoa(port())
+		c.members = append(c.members, m)
+	}
+	t.Cleanup(func() {
+		for _, m := range c.members {
+			m.kiteProcess.stop()
+			if t.Failed() {
+				t.Logf("member %s log (tail):\n%s", m.name, m.log.tail(8192))
+			}
+		}
+	})
 }

@@ -34,31 +34,8 @@ func namedCluster(t *testing.T, n int) *cluster {
 		t.Fatalf("kite binary: %v", kiteBuildErr)
 	}
 	c := &cluster{t: t, token: fmt.Sprintf("kite-test-%x", rand.Uint64()), scheme: "http"}
-	used := map[int]bool{}
-	port := func() int {
-		for {
-			if p := freePort(t); !used[p] {
-				used[p] = true
-				return p
-			}
-		}
-	}
-	for i := range n {
-		m := &clusterMember{c: c, name: fmt.Sprintf("kite-%d", i)}
-		m.kiteProcess = &kiteProcess{server: &server{name: m.name}, t: t, dataDir: t.TempDir(), port: port(), log: &syncBuffer{}}
-		// The test itself dials addresses: only kite uses the test's DNS.
-		m.Endpoint = "http://127.0.0.1:" + strconv.Itoa(m.port)
-		m.peerURL = "http://" + memberHost(i) + ":" + strconv.Itoa(port())
-		c.members = append(c.members, m)
-	}
-	t.Cleanup(func() {
-		for _, m := range c.members {
-			m.kiteProcess.stop()
-			if t.Failed() {
-				t.Logf("member %s log (tail):\n%s", m.name, m.log.tail(8192))
-			}
-		}
-	})
+	// The test itself dials addresses: only kite uses the test's DNS.
+	c.newMembers(n, func(i int) string { return fmt.Sprintf("kite-%d", i) }, memberHost)
 	return c
 }
 

@@ -3,7 +3,6 @@ package test
 import (
 	"errors"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -65,14 +64,7 @@ func TestRaftSQLRestoreEtcdSnapshot(t *testing.T) {
 	}
 	es.stop()
 
-	restored := startClusterOf(t, 3, &cluster{prepare: func(c *cluster, m *clusterMember) {
-		out, err := exec.Command(kiteBin, "snapshot", "restore", "--data-dir", m.dataDir, "--name", m.name,
-			"--initial-cluster", c.initialCluster(), "--initial-cluster-token", c.token,
-			"--initial-advertise-peer-urls", m.peerURL, file).CombinedOutput()
-		if err != nil {
-			t.Fatalf("kite snapshot restore for %s: %v\n%s", m.name, err, out)
-		}
-	}})
+	restored := restoredCluster(t, file)
 	for _, m := range restored.members {
 		got, err := m.Client.Get(ctx, "rs/", clientv3.WithPrefix(), clientv3.WithSerializable())
 		if err != nil {

@@ -65,14 +65,7 @@ func TestRaftSQLRestoreNewCluster(t *testing.T) {
 		m.Kill()
 	}
 
-	restored := startClusterOf(t, 3, &cluster{prepare: func(c *cluster, m *clusterMember) {
-		out, err := exec.Command(kiteBin, "snapshot", "restore", "--data-dir", m.dataDir, "--name", m.name,
-			"--initial-cluster", c.initialCluster(), "--initial-cluster-token", c.token,
-			"--initial-advertise-peer-urls", m.peerURL, file).CombinedOutput()
-		if err != nil {
-			t.Fatalf("kite snapshot restore for %s: %v\n%s", m.name, err, out)
-		}
-	}})
+	restored := restoredCluster(t, file)
 	for _, m := range restored.members {
 		if oldIDs[m.memberID(t)] {
 			t.Errorf("restored member %s kept an ID of the old cluster", m.name)
@@ -96,4 +89,18 @@ func TestRaftSQLRestoreNewCluster(t *testing.T) {
 	}
 	waitApplied(t, restored, after.Header.Revision)
 	sameHashKV(t, ctx, restored, after.Header.Revision)
+}
+
+// restoredCluster starts a NEW 3-member cluster whose members' data dirs
+// `kite snapshot restore` made from file, as etcdutl restores one.
+func restoredCluster(t *testing.T, file string) *cluster {
+	t.Helper()
+	return startClusterOf(t, 3, &cluster{prepare: func(c *cluster, m *clusterMember) {
+		out, err := exec.Command(kiteBin, "snapshot", "restore", "--data-dir", m.dataDir, "--name", m.name,
+			"--initial-cluster", c.initialCluster(), "--initial-cluster-token", c.token,
+			"--initial-advertise-peer-urls", m.peerURL, file).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kite snapshot restore for %s: %v\n%s", m.name, err, out)
+		}
+	}})
 }
