@@ -186,8 +186,13 @@ func memberCommand(t testing.TB, args []string) *exec.Cmd {
 }
 
 // start starts the process; it does not wait for it to serve.
-func (m *clusterMember) start() error {
-	cmd := memberCommand(m.t, m.args(m.c.token))
+func (m *clusterMember) start() error { return m.startWith(m.args(m.c.token), nil) }
+
+// startWith starts the process with exactly args and, on top of the
+// test's environment, env (a member configured by ETCD_ variables).
+func (m *clusterMember) startWith(args, env []string) error {
+	cmd := memberCommand(m.t, args)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = m.log, m.log
 	if err := cmd.Start(); err != nil {
 		return err

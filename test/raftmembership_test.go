@@ -319,7 +319,7 @@ func TestRaftSQLEtcdctlMemberAdd(t *testing.T) {
 	c.members = append(c.members, n3)
 	args := []string{"--data-dir", n3.dataDir, "--listen-client-urls", n3.Endpoint, "--advertise-client-urls", n3.Endpoint,
 		"--listen-peer-urls", n3.peerURL, "--heartbeat-interval", "50", "--election-timeout", "500", "--log-level", raftLogLevel}
-	if err := startMemberWith(n3, args, env); err != nil {
+	if err := n3.startWith(args, env); err != nil {
 		t.Fatal(err)
 	}
 	if err := n3.waitServing(time.Now().Add(30 * time.Second)); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,26 +46,6 @@ func hostURL(u, host string) string {
 	scheme, rest, _ := strings.Cut(u, "://")
 	_, port, _ := strings.Cut(rest, ":")
 	return scheme + "://" + host + ":" + port
-}
-
-// startMemberWith starts m's process with the given arguments and extra
-// environment (on top of the test's own, as every member gets it); it
-// does not wait for the member to serve.
-func startMemberWith(m *clusterMember, args, env []string) error {
-	cmd := memberCommand(m.t, args)
-	cmd.Env = append(cmd.Env, env...)
-	cmd.Stdout, cmd.Stderr = m.log, m.log
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	m.cmd = cmd
-	m.exited = make(chan struct{})
-	go func(cmd *exec.Cmd, c chan struct{}, log *syncBuffer) {
-		cmd.Wait()
-		fmt.Fprintf(log, "----- exited at %s: %v -----\n", time.Now().UTC().Format("15:04:05.000"), cmd.ProcessState)
-		close(c)
-	}(cmd, m.exited, m.log)
-	return m.connect(m.Endpoint)
 }
 
 // waitLog waits until m's output holds text.
@@ -222,7 +201,7 @@ func TestRaftNamesFromEnv(t *testing.T) {
 			"ETCD_LOG_LEVEL=" + raftLogLevel,
 		}
 		envs[i] = env
-		if err := startMemberWith(m, nil, env); err != nil {
+		if err := m.startWith(nil, env); err != nil {
 			t.Fatalf("start member %s: %v", m.name, err)
 		}
 	}
@@ -255,7 +234,7 @@ func TestRaftNamesFromEnv(t *testing.T) {
 	dns.SetHost(memberHost(late))
 	putEventually(t, c.members[0], "names/while-down", "x", 15*time.Second)
 	fmt.Fprintf(lateMember.log, "\n----- restart -----\n")
-	if err := startMemberWith(lateMember, nil, envs[late]); err != nil {
+	if err := lateMember.startWith(nil, envs[late]); err != nil {
 		t.Fatalf("restart member %s: %v", lateMember.name, err)
 	}
 	deadline := time.Now().Add(15 * time.Second)
@@ -319,7 +298,7 @@ func TestRaftNamesDiscoverySRV(t *testing.T) {
 			"--election-timeout", "500",
 			"--log-level", raftLogLevel,
 		}
-		if err := startMemberWith(m, args, []string{dns.Env()}); err != nil {
+		if err := m.startWith(args, []string{dns.Env()}); err != nil {
 			t.Fatalf("start member %s: %v", m.name, err)
 		}
 	}
