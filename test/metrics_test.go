@@ -214,6 +214,11 @@ func TestMetrics(t *testing.T) {
 		if got := value(kAfter, "kite_db_pool_acquires_total") - value(kBefore, "kite_db_pool_acquires_total"); got < 1 {
 			t.Errorf("kite on postgres: kite_db_pool_acquires_total grew by %v during the workload", got)
 		}
+		for _, name := range []string{"kite_db_notifications_received_total", "kite_db_listen_reconnects_total", "kite_db_notifications_queued"} {
+			if _, ok := kAfter[name]; !ok {
+				t.Errorf("kite on postgres: %s not exported", name)
+			}
+		}
 	}
 
 	// The metrics listener also answers the probes.

@@ -75,6 +75,10 @@ func TestSharedServersOneOrder(t *testing.T) {
 	if hashes[0] != hashes[1] || hashes[0] != hashes[2] {
 		t.Errorf("HashKV at revision %d differs between servers: %v", last, hashes)
 	}
+	// Server 0 heard of the others' commits on its LISTEN connection.
+	if got := value(scrape(t, ks[0].Endpoint), "kite_db_notifications_received_total"); got < 1 {
+		t.Errorf("server 0: kite_db_notifications_received_total = %v after the others' writes", got)
+	}
 }
 
 // TestSharedServersLeases: a lease is one lease on every server. Granted on

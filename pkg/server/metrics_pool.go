@@ -53,3 +53,39 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	cnt(c.waited, float64(waited))
 	cnt(c.wait, wait.Seconds())
 }
+
+// listenStater is a backend that follows other servers' commits over a
+// LISTEN connection (postgres).
+type listenStater interface {
+	ListenStats() (received, reconnects int64, queued int)
+}
+
+// listenCollector exports the LISTEN connection under kite_ names: how
+// much of the other servers' work this one hears of, whether the
+// connection is stable, and whether the Store keeps up.
+type listenCollector struct {
+	l                            listenStater
+	received, reconnects, queued *prometheus.Desc
+}
+
+func newListenCollector(l listenStater) *listenCollector {
+	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
+	return &listenCollector{l: l,
+		received:   d("kite_db_notifications_received_total", "Commit notifications of the other kite servers received on the LISTEN connection."),
+		reconnects: d("kite_db_listen_reconnects_total", "Times the LISTEN connection was lost and made again (each followed by a full resync)."),
+		queued:     d("kite_db_notifications_queued", "Notifications received and not yet taken by the store."),
+	}
+}
+
+func (c *listenCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.received
+	ch <- c.reconnects
+	ch <- c.queued
+}
+
+func (c *listenCollector) Collect(ch chan<- prometheus.Metric) {
+	received, reconnects, queued := c.l.ListenStats()
+	ch <- prometheus.MustNewConstMetric(c.received, prometheus.CounterValue, float64(received))
+	ch <- prometheus.MustNewConstMetric(c.reconnects, prometheus.CounterValue, float64(reconnects))
+	ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(queued))
+}

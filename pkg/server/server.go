@@ -200,6 +200,9 @@ func (s *Server) buildServers() {
 	if p, ok := s.backend.(poolStater); ok {
 		reg.MustRegister(newPoolCollector(p))
 	}
+	if l, ok := s.backend.(listenStater); ok {
+		reg.MustRegister(newListenCollector(l))
+	}
 	gatherer := newGatherer(reg, raft != nil)
 
 	authz := &authorizer{store: s.store, clientCertAuth: cfg.TLS.ClientCertAuth}

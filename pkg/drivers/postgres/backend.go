@@ -106,6 +106,13 @@ func (b *Backend) ObserveCommits(observe func(time.Duration)) {
 	b.observeCommit.Store(&observe)
 }
 
+// ListenStats reports the LISTEN connection: notifications of the other
+// kite servers received, times the connection was lost and made again,
+// and notices waiting for the Store.
+func (b *Backend) ListenStats() (received, reconnects int64, queued int) {
+	return b.listener.received.Load(), b.listener.reconnects.Load(), len(b.listener.ch)
+}
+
 // PoolStats reports the connection pool (pgxpool's Stat): connections in
 // use, idle, open and the maximum, and the acquires so far, those that
 // had to wait for a connection and their total wait.

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -76,6 +77,9 @@ type listener struct {
 	ch     chan mvcc.Notice
 	cancel context.CancelFunc
 	done   chan struct{}
+	// received counts the notifications of the other servers, reconnects
+	// the times the LISTEN connection was lost and made again (ListenStats).
+	received, reconnects atomic.Int64
 }
 
 // startListener connects and runs LISTEN before it returns, so no commit
@@ -133,6 +137,7 @@ func (l *listener) run(ctx context.Context, conn *pgx.Conn) {
 			if conn = l.reconnect(ctx, err); conn == nil {
 				return
 			}
+			l.reconnects.Add(1)
 			if !l.send(ctx, mvcc.Notice{Resync: true}) {
 				return
 			}
@@ -146,6 +151,7 @@ func (l *listener) run(ctx context.Context, conn *pgx.Conn) {
 		if origin == l.origin {
 			continue
 		}
+		l.received.Add(1)
 		if !l.send(ctx, notice) {
 			return
 		}
