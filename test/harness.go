@@ -88,10 +88,21 @@ func raftPeers(t testing.TB) []string {
 		t.Fatalf("kite binary: %v", kiteBuildErr)
 	}
 	names := []string{"t", "p1", "p2"}
+	// freePort may give a port twice before any is bound: every port of
+	// the cluster must differ.
+	used := map[int]bool{}
+	port := func() int {
+		for {
+			if p := freePort(t); !used[p] {
+				used[p] = true
+				return p
+			}
+		}
+	}
 	peers := make([]string, len(names))
 	var cluster []string
 	for i, name := range names {
-		peers[i] = "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+		peers[i] = "http://127.0.0.1:" + strconv.Itoa(port())
 		cluster = append(cluster, name+"="+peers[i])
 	}
 	common := []string{"--initial-cluster", strings.Join(cluster, ","), "--initial-cluster-state", "new",
@@ -116,7 +127,7 @@ func raftPeers(t testing.TB) []string {
 		}
 	}
 	for i := 1; i < len(names); i++ {
-		ep := "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+		ep := "http://127.0.0.1:" + strconv.Itoa(port())
 		log := &syncBuffer{}
 		cmd := exec.Command(kiteBin, append([]string{"--name", names[i], "--data-dir", dirs[i],
 			"--listen-client-urls", ep, "--advertise-client-urls", ep, "--log-level", "warn",
