@@ -11,6 +11,7 @@
 package raftsql
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha1"
 	"encoding/binary"
@@ -192,15 +193,7 @@ func (c *Config) initialMembers() []member {
 	for name, urls := range c.InitialCluster {
 		ms = append(ms, member{ID: memberID(urls, c.Token), Name: name, PeerURLs: slices.Clone(urls)})
 	}
-	slices.SortFunc(ms, func(a, b member) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(ms, func(a, b member) int { return cmp.Compare(a.ID, b.ID) })
 	return ms
 }
 

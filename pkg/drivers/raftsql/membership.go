@@ -1,6 +1,7 @@
 package raftsql
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha1"
 	"encoding/binary"
@@ -274,7 +275,7 @@ func (n *Node) changeMembers(cc *raftpb.ConfChange, ctx confChangeContext) {
 		m := ctx.member.clone()
 		m.ID, m.IsLearner = id, cc.GetType() == raftpb.ConfChangeType_ConfChangeAddLearnerNode
 		n.members = append(n.members, m)
-		slices.SortFunc(n.members, func(a, b member) int { return cmpID(a.ID, b.ID) })
+		slices.SortFunc(n.members, func(a, b member) int { return cmp.Compare(a.ID, b.ID) })
 	case raftpb.ConfChangeType_ConfChangeRemoveNode:
 		n.members = slices.Delete(n.members, i, i+1)
 		n.removed[id] = true
@@ -309,16 +310,6 @@ func (n *Node) changeMembers(cc *raftpb.ConfChange, ctx confChangeContext) {
 	case raftpb.ConfChangeType_ConfChangeUpdateNode:
 		n.transport.UpdatePeer(types.ID(id), ctx.PeerURLs)
 	}
-}
-
-func cmpID(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // applyAttributes applies a member's published name and client URLs.
