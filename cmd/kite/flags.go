@@ -37,6 +37,7 @@ type serveFlags struct {
 	maxRequestBytes         uint
 	maxTxnOps               uint
 	quotaBackendBytes       int64
+	memoryBudget            byteSize
 	watchProgressNotify     time.Duration
 	autoCompactionMode      string
 	autoCompactionRetention string
@@ -124,6 +125,8 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.UintVar(&f.maxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "Maximum client request size in bytes the server will accept.")
 	fs.UintVar(&f.maxTxnOps, "max-txn-ops", server.DefaultMaxTxnOps, "Maximum number of operations permitted in a transaction.")
 	fs.Int64Var(&f.quotaBackendBytes, "quota-backend-bytes", server.DefaultQuotaBackendBytes, "Raise the NOSPACE alarm when the database exceeds this size (negative: no quota).")
+	f.memoryBudget = defaultMemoryBudget
+	fs.Var(&f.memoryBudget, "memory-budget", "What kite keeps in memory between requests, in bytes or with a suffix (512MiB, 1GiB): SQLite's page caches and file mappings, list pages read ahead, and the Go heap's soft limit (docs/architecture.md, \"Memory\").")
 	fs.DurationVar(&f.watchProgressNotify, "watch-progress-notify-interval", server.DefaultWatchProgressNotifyInterval, "Duration of periodic watch progress notifications.")
 	fs.DurationVar(&f.watchProgressNotify, "experimental-watch-progress-notify-interval", server.DefaultWatchProgressNotifyInterval, "Deprecated alias of --watch-progress-notify-interval.")
 	fs.StringVar(&f.autoCompactionMode, "auto-compaction-mode", server.CompactionModePeriodic, "Interpret 'auto-compaction-retention' as one of: 'periodic' (a duration) or 'revision' (a revision count).")
@@ -227,6 +230,9 @@ func parseServeFlags(args []string, getenv func(string) string) (*serveFlags, er
 	if err == nil {
 		err = f.checkDiscoveryFlags()
 	}
+	if err == nil {
+		err = checkMemoryBudget(f.memoryBudget)
+	}
 	if err == nil && f.raftMode() {
 		f.raft, err = f.raftConfig()
 	}
@@ -264,6 +270,7 @@ func (f *serveFlags) config(log *slog.Logger) server.Config {
 		AuthToken:                   f.authToken,
 		AuthTokenTTL:                time.Duration(f.authTokenTTL) * time.Second,
 		BcryptCost:                  int(f.bcryptCost),
+		ReadAheadBytes:              splitMemory(int64(f.memoryBudget)).readAhead,
 		AutoCompactionMode:          f.autoCompactionMode,
 		AutoCompactionRetention:     f.autoCompactionRetention,
 		EnablePprof:                 f.enablePprof,
@@ -388,6 +395,7 @@ func (f *serveFlags) datastore(log *slog.Logger) datastore.Config {
 		MaxIdleConns:    f.datastoreMaxIdleConns,
 		ConnMaxLifetime: f.datastoreConnMaxLifetime,
 		Raft:            f.raft,
+		SQLite:          splitMemory(int64(f.memoryBudget)).sqlite(),
 		Logger:          log,
 	}
 }

@@ -58,13 +58,14 @@ func runServe(args []string) int {
 			return fatalf("%v", err)
 		}
 	}
+	splitMemory(int64(f.memoryBudget)).applyGoLimit(log, os.Getenv)
 	for _, name := range unknownEtcdEnv(os.Environ()) {
 		log.Warn("etcd environment variable not understood by kite; ignored", "variable", name)
 	}
 
 	log.Info("starting kite", "version", kiteVersion(), "etcd-api-version", version.Version,
 		"name", f.name, "data-dir", f.dataDir, "listen-client-urls", f.listenClientURLs.String(),
-		"datastore", kind, "datastore-endpoint", datastore.Redact(f.datastoreEndpoint))
+		"datastore", kind, "datastore-endpoint", datastore.Redact(f.datastoreEndpoint), "memory-budget", &f.memoryBudget)
 	// A listener opened on a host name listens on its address: wait until
 	// the names resolve (a pod's record comes some seconds after the pod).
 	listen := slices.Clone(f.listenClientURLs)

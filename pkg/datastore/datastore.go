@@ -47,7 +47,11 @@ type Config struct {
 	ConnMaxLifetime time.Duration
 	// Raft is the member's bootstrap in raftsql mode (etcd's
 	// --initial-cluster and the other peer flags); it selects raftsql.
-	Raft   *raftsql.Config
+	Raft *raftsql.Config
+	// SQLite tunes the SQLite databases of the sqlite and raftsql kinds
+	// (page caches and mappings, from --memory-budget); its Logger is set
+	// by Open.
+	SQLite sqlite.Options
 	Logger *slog.Logger
 }
 
@@ -127,7 +131,7 @@ func Open(ctx context.Context, cfg Config) (mvcc.Backend, error) {
 		if cfg.Raft != nil {
 			rc = *cfg.Raft
 		}
-		rc.DataDir, rc.Logger = cfg.DataDir, log
+		rc.DataDir, rc.Logger, rc.SQLite = cfg.DataDir, log, cfg.SQLite
 		n, err := raftsql.Open(ctx, rc)
 		if err != nil {
 			return nil, fmt.Errorf("open raftsql member: %w", err)
@@ -136,7 +140,9 @@ func Open(ctx context.Context, cfg Config) (mvcc.Backend, error) {
 	}
 	if kind == KindSQLite {
 		path := SQLitePath(cfg.Endpoint, cfg.DataDir)
-		b, err := sqlite.Open(ctx, path, sqlite.Options{Logger: log})
+		opts := cfg.SQLite
+		opts.Logger = log
+		b, err := sqlite.Open(ctx, path, opts)
 		if err != nil {
 			return nil, fmt.Errorf("open sqlite datastore %s: %w", path, err)
 		}

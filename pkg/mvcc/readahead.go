@@ -61,7 +61,6 @@ type chain struct {
 const (
 	readAheadDepth      = 2
 	readAheadMaxPages   = 16
-	readAheadMaxBytes   = 64 << 20
 	readAheadMaxRunning = 2
 	readAheadTTL        = 10 * time.Second
 )
@@ -182,7 +181,7 @@ func (ra *readAhead) advanceLocked(c *chain) {
 		}
 	}
 	if _, dup := ra.pages[k]; dup || ra.running >= readAheadMaxRunning ||
-		len(ra.pages) >= readAheadMaxPages || ra.bytes+size > readAheadMaxBytes {
+		len(ra.pages) >= readAheadMaxPages || ra.bytes+size > ra.s.cfg.ReadAheadBytes {
 		return
 	}
 	// The next page is about as large as this one.

@@ -43,7 +43,10 @@ type Config struct {
 	AuthTokenTTL time.Duration
 	// BcryptCost hashes passwords (etcd's --bcrypt-cost, default 10).
 	BcryptCost int
-	Logger     *slog.Logger
+	// ReadAheadBytes bounds the pages of paginated lists read ahead and
+	// not yet asked for (readahead.go; 64 MiB).
+	ReadAheadBytes int64
+	Logger         *slog.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -55,6 +58,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxBatch == 0 {
 		c.MaxBatch = 256
+	}
+	if c.ReadAheadBytes <= 0 {
+		c.ReadAheadBytes = 64 << 20
 	}
 	if c.CompactBatchRevisions == 0 {
 		c.CompactBatchRevisions = 1000

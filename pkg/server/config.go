@@ -128,6 +128,10 @@ type Config struct {
 	AuthTokenTTL time.Duration
 	BcryptCost   int
 
+	// ReadAheadBytes bounds the list pages read ahead of their request
+	// (mvcc.Config; kite's share of --memory-budget).
+	ReadAheadBytes int64
+
 	// Logger receives every log line. Default: slog.Default().
 	Logger *slog.Logger
 }

@@ -149,6 +149,7 @@ func (s *Server) openStore(ctx context.Context) (err error) {
 		AuthToken:              s.cfg.AuthToken,
 		AuthTokenTTL:           s.cfg.AuthTokenTTL,
 		BcryptCost:             s.cfg.BcryptCost,
+		ReadAheadBytes:         s.cfg.ReadAheadBytes,
 		Logger:                 s.log.With("component", "mvcc"),
 	})
 	if err != nil {

@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/storage/wal"
+
+	"github.com/kite-db/kite/pkg/drivers/sqlite"
 )
 
 // Config is a member's bootstrap, in etcd's terms and with etcd's flag
@@ -63,7 +65,10 @@ type Config struct {
 	// TestFaults serves the fault hooks tests use to partition a member
 	// (faults.go); never set in production.
 	TestFaults bool
-	Logger     *slog.Logger
+	// SQLite tunes the member's database (page caches and mappings); its
+	// Logger and NoCommitSync are set by the member.
+	SQLite sqlite.Options
+	Logger *slog.Logger
 }
 
 // Defaults are etcd's.

@@ -187,10 +187,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.waits = newWaitList()
 	n.reads = newReadBarrier(n)
 
-	// Commits need no sync of their own: the raft WAL holds every applied
-	// entry durably and a restart replays it from the applied index; the
-	// database is synced before a snapshot lets the WAL go (snapshot.go).
-	if n.db, err = openLocalDB(ctx, dbPath, sqlite.Options{Logger: cfg.Logger, NoCommitSync: true}); err != nil {
+	if n.db, err = openLocalDB(ctx, dbPath, localDBOptions(cfg)); err != nil {
 		return nil, err
 	}
 	applied, err := n.appliedIndex(ctx)
@@ -455,4 +452,14 @@ func (n *Node) MoveLeader(ctx context.Context, target uint64) error {
 		}
 	}
 	return nil
+}
+
+// localDBOptions opens the member's database as cfg.SQLite says, without a
+// sync per commit: the raft WAL holds every applied entry durably and a
+// restart replays it from the applied index; the database is synced before
+// a snapshot lets the WAL go (snapshot.go).
+func localDBOptions(cfg Config) sqlite.Options {
+	opts := cfg.SQLite
+	opts.Logger, opts.NoCommitSync = cfg.Logger, true
+	return opts
 }

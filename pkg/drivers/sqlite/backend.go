@@ -37,9 +37,17 @@ type Options struct {
 	BusyTimeout time.Duration
 	// ReadConns bounds the read pool, i.e. concurrent read transactions (4).
 	ReadConns int
-	// CacheSizeKiB is the page cache of each connection (SQLite's 2000 KiB
-	// when 0).
+	// CacheSizeKiB is the page cache of each read connection (SQLite's
+	// 2000 KiB when 0).
 	CacheSizeKiB int
+	// WriterCacheSizeKiB is the writer's page cache (8 MiB when 0).
+	WriterCacheSizeKiB int
+	// MmapBytes is how much of the database file each read connection maps
+	// (1 GiB when 0; negative: none). See openReaders for why readers map
+	// and what it costs in resident memory.
+	MmapBytes int64
+	// WriterMmapBytes is the writer's mapping (none when 0).
+	WriterMmapBytes int64
 	// NoCommitSync leaves commits unsynced (synchronous=NORMAL): a crash of
 	// the process loses nothing, a crash of the machine may lose the last
 	// commits. For a caller that keeps its own durable log of the writes
@@ -62,6 +70,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ReadConns <= 0 {
 		o.ReadConns = 4
+	}
+	if o.MmapBytes == 0 {
+		o.MmapBytes = defaultMmapBytes
+	}
+	if o.WriterCacheSizeKiB <= 0 {
+		o.WriterCacheSizeKiB = defaultWriterCacheKiB
 	}
 	return o
 }
@@ -151,9 +165,6 @@ func Open(ctx context.Context, path string, opts Options) (b *Backend, err error
 // connection it opens, including ones it replaces later.
 func dsn(path string, opts Options, pragmas ...string) string {
 	q := []string{fmt.Sprintf("_pragma=busy_timeout(%d)", opts.BusyTimeout.Milliseconds())}
-	if opts.CacheSizeKiB > 0 {
-		q = append(q, fmt.Sprintf("_pragma=cache_size(-%d)", opts.CacheSizeKiB))
-	}
 	for _, p := range pragmas {
 		q = append(q, "_pragma="+p)
 	}
@@ -175,7 +186,8 @@ func (b *Backend) openWriter(ctx context.Context, opts Options) error {
 	b.wdb, err = sql.Open("sqlite", dsn(b.path, opts,
 		"journal_mode(WAL)", sync, "journal_size_limit(67108864)",
 		fmt.Sprintf("wal_autocheckpoint(%d)", fallbackCheckpointPages),
-		fmt.Sprintf("mmap_size(%d)", mmapBytes)))
+		fmt.Sprintf("mmap_size(%d)", max(opts.WriterMmapBytes, 0)),
+		fmt.Sprintf("cache_size(-%d)", opts.WriterCacheSizeKiB)))
 	if err != nil {
 		return fmt.Errorf("open writer: %w", err)
 	}
@@ -218,8 +230,11 @@ func (b *Backend) openWriter(ctx context.Context, opts Options) error {
 // under writes every read would otherwise be a pread per page.
 func (b *Backend) openReaders(ctx context.Context, opts Options) error {
 	var err error
-	b.rdb, err = sql.Open("sqlite", dsn(b.path, opts, "query_only(1)",
-		fmt.Sprintf("mmap_size(%d)", mmapBytes)))
+	pragmas := []string{"query_only(1)", fmt.Sprintf("mmap_size(%d)", max(opts.MmapBytes, 0))}
+	if opts.CacheSizeKiB > 0 {
+		pragmas = append(pragmas, fmt.Sprintf("cache_size(-%d)", opts.CacheSizeKiB))
+	}
+	b.rdb, err = sql.Open("sqlite", dsn(b.path, opts, pragmas...))
 	if err != nil {
 		return fmt.Errorf("open read pool: %w", err)
 	}
@@ -239,9 +254,11 @@ func (b *Backend) openReaders(ctx context.Context, opts Options) error {
 	return nil
 }
 
-// mmapBytes bounds the memory-mapped part of the database file per
-// connection (virtual address space, not resident memory).
-const mmapBytes = 1 << 30
+// Defaults of Options.
+const (
+	defaultMmapBytes      = 1 << 30
+	defaultWriterCacheKiB = 8 << 10
+)
 
 // readConn is one pinned read connection and its prepared statements.
 type readConn struct {

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"strconv"
+	"strings"
+
+	"github.com/kite-db/kite/pkg/drivers/sqlite"
+)
+
+// defaultMemoryBudget is --memory-budget's default: at or below a reference
+// etcd's resident memory on the loads in docs/benchmarks.md, while a
+// database of up to a few hundred MiB still reads mostly from mappings.
+const defaultMemoryBudget = 512 << 20
+
+// minMemoryBudget keeps every share large enough to work with.
+const minMemoryBudget = 32 << 20
+
+// memoryShares is how --memory-budget is divided between what kite keeps in
+// memory. The budget bounds what kite holds on to between requests; a
+// request's own answer (an unpaginated list of a large range) is in memory
+// while it is sent, as in etcd, and the Go runtime's soft limit makes the
+// collector work harder, not the process fail, when that pushes the heap
+// past its share.
+type memoryShares struct {
+	// readerMmap is the part of the database file each SQLite read
+	// connection maps. Every connection maps the file on its own, and a
+	// page touched through several mappings counts that many times in
+	// the process's resident set (though it is one page of the kernel's
+	// page cache), so this share is divided by the read connections.
+	// Pages beyond the mapping are read with pread from the page cache.
+	readerMmap int64
+	// readerCacheKiB and writerCacheKiB are SQLite's page caches (its own
+	// heap, outside Go's): readers lose theirs at every commit by another
+	// connection, the writer keeps its own for the index pages it updates.
+	readerCacheKiB int
+	writerCacheKiB int
+	// readAhead bounds the list pages read before they are asked for.
+	readAhead int64
+	// goHeap is the Go runtime's soft memory limit: the rest of the
+	// budget after the mappings and SQLite's caches.
+	goHeap int64
+}
+
+// Shares of the budget, as fractions 1/n.
+const (
+	mmapShareDiv      = 4   // all read connections' mappings together
+	readAheadShareDiv = 8   //
+	writerCacheDiv    = 32  //
+	readerCacheDiv    = 128 // each read connection
+	sqliteReadConns   = 4   // the SQLite driver's default read pool
+)
+
+func splitMemory(budget int64) memoryShares {
+	m := memoryShares{
+		readerMmap:     budget / mmapShareDiv / sqliteReadConns,
+		readerCacheKiB: int(budget / readerCacheDiv >> 10),
+		writerCacheKiB: int(budget / writerCacheDiv >> 10),
+		readAhead:      budget / readAheadShareDiv,
+	}
+	m.goHeap = budget - budget/mmapShareDiv - sqliteReadConns*budget/readerCacheDiv - budget/writerCacheDiv
+	return m
+}
+
+// sqlite returns the SQLite driver's options for these shares.
+func (m memoryShares) sqlite() sqlite.Options {
+	return sqlite.Options{
+		ReadConns:          sqliteReadConns,
+		CacheSizeKiB:       m.readerCacheKiB,
+		WriterCacheSizeKiB: m.writerCacheKiB,
+		MmapBytes:          m.readerMmap,
+	}
+}
+
+// applyGoLimit sets the Go runtime's soft memory limit to the heap's share,
+// unless the operator set GOMEMLIMIT, which the runtime has applied already.
+func (m memoryShares) applyGoLimit(log *slog.Logger, getenv func(string) string) {
+	if getenv("GOMEMLIMIT") != "" {
+		log.Info("GOMEMLIMIT is set; the Go heap's share of --memory-budget is not applied", "GOMEMLIMIT", getenv("GOMEMLIMIT"))
+		return
+	}
+	debug.SetMemoryLimit(m.goHeap)
+}
+
+// byteSize is a flag value in bytes that also takes binary suffixes:
+// 536870912, 512MiB, 1GiB (KiB, MiB, GiB; KB, MB, GB and K, M, G mean the
+// same binary units, as Kubernetes' Mi and Gi do).
+type byteSize int64
+
+func (b *byteSize) String() string {
+	v := int64(*b)
+	for _, u := range []struct {
+		suffix string
+		shift  uint
+	}{{"GiB", 30}, {"MiB", 20}, {"KiB", 10}} {
+		if v != 0 && v%(1<<u.shift) == 0 {
+			return strconv.FormatInt(v>>u.shift, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+func (b *byteSize) Set(s string) error {
+	num := strings.TrimSpace(s)
+	shift := uint(0)
+	for _, u := range []struct {
+		suffixes []string
+		shift    uint
+	}{{[]string{"GiB", "GB", "Gi", "G"}, 30}, {[]string{"MiB", "MB", "Mi", "M"}, 20}, {[]string{"KiB", "KB", "Ki", "K"}, 10}} {
+		for _, suf := range u.suffixes {
+			if n, ok := strings.CutSuffix(num, suf); ok {
+				num, shift = strings.TrimSpace(n), u.shift
+				break
+			}
+		}
+		if shift != 0 {
+			break
+		}
+	}
+	v, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || v < 0 || v > (1<<62)>>shift {
+		return fmt.Errorf("%q is not a size in bytes (like 536870912, 512MiB or 1GiB)", s)
+	}
+	*b = byteSize(v << shift)
+	return nil
+}
+
+// checkMemoryBudget refuses a budget too small to split.
+func checkMemoryBudget(b byteSize) error {
+	if minimum := byteSize(minMemoryBudget); b < minimum {
+		return fmt.Errorf("--memory-budget %s is below the minimum of %s", &b, &minimum)
+	}
+	return nil
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestByteSizeFlag(t *testing.T) {
+	for in, want := range map[string]int64{
+		"536870912": 512 << 20, "512MiB": 512 << 20, "512Mi": 512 << 20, "512M": 512 << 20,
+		"1GiB": 1 << 30, "2 GB": 2 << 30, "64KiB": 64 << 10, "0": 0,
+	} {
+		var b byteSize
+		if err := b.Set(in); err != nil || int64(b) != want {
+			t.Errorf("Set(%q) = %d, %v; want %d", in, b, err, want)
+		}
+	}
+	for _, in := range []string{"", "MiB", "-1", "1.5GiB", "12XB", "9999999999GiB"} {
+		var b byteSize
+		if err := b.Set(in); err == nil {
+			t.Errorf("Set(%q) accepted: %d", in, b)
+		}
+	}
+	for v, want := range map[int64]string{512 << 20: "512MiB", 1 << 30: "1GiB", 1536 << 20: "1536MiB", 1000: "1000"} {
+		if got := (*byteSize)(&v).String(); got != want {
+			t.Errorf("String(%d) = %q, want %q", v, got, want)
+		}
+	}
+}
+
+func TestMemoryBudgetFlag(t *testing.T) {
+	f, err := parseServeFlags(nil, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.memoryBudget != defaultMemoryBudget {
+		t.Fatalf("default budget %d, want %d", f.memoryBudget, defaultMemoryBudget)
+	}
+	if got := f.config(nil).ReadAheadBytes; got != 64<<20 {
+		t.Fatalf("default read-ahead %d, want today's 64 MiB", got)
+	}
+	f, err = parseServeFlags(nil, env(map[string]string{"KITE_MEMORY_BUDGET": "1GiB"}))
+	if err != nil || f.memoryBudget != 1<<30 {
+		t.Fatalf("KITE_MEMORY_BUDGET=1GiB: %d, %v", f.memoryBudget, err)
+	}
+	if ds := f.datastore(nil); ds.SQLite.MmapBytes != 64<<20 || ds.SQLite.ReadConns != 4 {
+		t.Fatalf("1 GiB budget: sqlite options %+v", ds.SQLite)
+	}
+	if _, err := parseServeFlags([]string{"--memory-budget", "16MiB"}, env(nil)); err == nil || !strings.Contains(err.Error(), "minimum") {
+		t.Fatalf("16 MiB budget: %v, want refused as below the minimum", err)
+	}
+}
+
+// The shares must add up to no more than the budget, whatever its size,
+// or the budget would not bound anything.
+func TestSplitMemoryStaysInBudget(t *testing.T) {
+	for _, budget := range []int64{minMemoryBudget, 100 << 20, defaultMemoryBudget, 3<<30 + 7} {
+		m := splitMemory(budget)
+		sqliteCaches := int64(sqliteReadConns*m.readerCacheKiB+m.writerCacheKiB) << 10
+		total := sqliteReadConns*m.readerMmap + sqliteCaches + m.goHeap
+		if total > budget || m.goHeap < budget/2 || m.readerMmap <= 0 || m.readerCacheKiB <= 0 || m.readAhead <= 0 {
+			t.Errorf("budget %d: %+v adds up to %d", budget, m, total)
+		}
+		if m.readAhead > m.goHeap {
+			t.Errorf("budget %d: read-ahead %d larger than the heap's share %d", budget, m.readAhead, m.goHeap)
+		}
+	}
+}
