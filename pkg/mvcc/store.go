@@ -295,7 +295,7 @@ func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount boo
 			return nil, err
 		}
 		defer tx.Rollback()
-		return executeRange(ctx, tx, r, current, compacted, false)
+		return executeRange(ctx, &unchangedTx{ReadTx: tx, current: current}, r, current, compacted, false)
 	}
 	// A page read ahead holds the rows at r.Revision, which never change;
 	// only a compaction since can make the answer an error instead.
@@ -322,7 +322,7 @@ func (s *Store) readPage(ctx context.Context, r *pb.RangeRequest) (resp *pb.Rang
 		return nil, false, err
 	}
 	defer tx.Rollback()
-	ctr := &countingTx{ReadTx: tx, counts: s.pageCounts}
+	ctr := &countingTx{ReadTx: &unchangedTx{ReadTx: tx, current: current}, counts: s.pageCounts}
 	if resp, err = executeRange(ctx, ctr, r, current, compacted, true); err != nil {
 		return nil, false, err
 	}
