@@ -35,6 +35,7 @@ func runEtcdServer(args []string) int {
 	fs.StringVar(&m.peerURL, "listen-peer", "", "peer URL, listened on and advertised (default: a free loopback port; required with --initial-cluster)")
 	fs.StringVar(&m.initialCluster, "initial-cluster", "", "name=peerURL,... of every member (default: this member alone)")
 	fs.StringVar(&m.token, "initial-cluster-token", "", "cluster token of a multi-member cluster")
+	quota := fs.Int64("quota-backend-bytes", 0, "etcd's --quota-backend-bytes: the NOSPACE alarm's database size (0: etcd's default, 2 GiB; negative: no quota)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -48,7 +49,7 @@ func runEtcdServer(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	e, err := startEmbedded(ctx, m)
+	e, err := startEmbedded(ctx, m, *quota)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "kite-bench etcd-server: %v\n", err)
 		return 1
@@ -68,8 +69,9 @@ func runEtcdServer(args []string) int {
 // a single-member cluster (on m.peerURL, else a free peer port); for a
 // member of a larger
 // cluster, until the cluster has a quorum, so every member must be
-// starting meanwhile. The caller closes it.
-func startEmbedded(ctx context.Context, m member) (*embed.Etcd, error) {
+// starting meanwhile. quotaBackendBytes is etcd's QuotaBackendBytes (0:
+// its default). The caller closes it.
+func startEmbedded(ctx context.Context, m member, quotaBackendBytes int64) (*embed.Etcd, error) {
 	cu, err := url.Parse(m.clientURL)
 	if err != nil {
 		return nil, fmt.Errorf("parse --listen: %w", err)
@@ -99,6 +101,7 @@ func startEmbedded(ctx context.Context, m member) (*embed.Etcd, error) {
 	if m.token != "" {
 		cfg.InitialClusterToken = m.token
 	}
+	cfg.QuotaBackendBytes = quotaBackendBytes
 	// etcd's default info logging would cost the reference CPU that kite
 	// (started with --log-level warn) does not pay.
 	cfg.LogLevel = "error"

@@ -46,6 +46,10 @@ import (
 // every shape issue 4 names, with the two put shapes its targets use.
 const defaultWorkloads = "put@64,put@1,txn-update,get,get-serializable,list,list-stream,count,watch,mixed"
 
+// smokeWorkloads is what --smoke runs when --workloads is not given: the
+// defaults and every other workload a single server can serve.
+const smokeWorkloads = defaultWorkloads + ",delete,list-all,list-under-writes"
+
 // config is everything the flags decide. It is built once and only read.
 type config struct {
 	endpoints   []string
@@ -62,6 +66,9 @@ type config struct {
 	watchers    int
 	events      int
 	watchRate   float64
+	writeRate   float64 // list-under-writes: its writer's puts per second
+	deleteKeys  int     // delete: keys to load (0: --total, else per --duration)
+	loadTxnOps  int     // puts per transaction of loadKeys
 	memoryKeys  int
 	smoke       bool
 	jsonPath    string
@@ -80,6 +87,10 @@ type config struct {
 	// of the reference etcd's, and how many leaders failover kills.
 	members   int
 	failovers int
+
+	// quotaBackendBytes is the --quota-backend-bytes of the reference etcd
+	// and of kite (0: each one's default, 2 GiB).
+	quotaBackendBytes int64
 
 	// CPU profiles of kite (started with --enable-pprof) during these
 	// workloads, written to profileDir.
@@ -134,18 +145,22 @@ func parseFlags(args []string, stderr io.Writer) (*config, slog.Level, error) {
 	fs.BoolVar(&cfg.compare, "compare", false, "start a reference etcd and kite, run every workload on both, print kite/etcd ratios")
 	fs.StringVar(&cfg.kiteBinary, "kite-binary", "", "kite binary for --compare (default: kite next to kite-bench, then $PATH); \"etcd\" runs a second reference etcd instead")
 	fs.StringVar(&workloads, "workloads", defaultWorkloads, "comma-separated workloads, NAME or NAME@CLIENTS; names: "+strings.Join(workloadNames(), ", "))
-	fs.IntVar(&cfg.clients, "clients", 16, "concurrent clients per workload (list and list-stream default to 1: their latency is the time of one full list)")
+	fs.IntVar(&cfg.clients, "clients", 16, "concurrent clients per workload (list, list-all, list-stream and list-under-writes default to 1: their latency is the time of one full list)")
 	fs.IntVar(&cfg.conns, "conns", 8, "gRPC connections the clients share")
 	fs.IntVar(&cfg.valSize, "val-size", 1024, "value size in bytes")
-	fs.IntVar(&cfg.keys, "keys", 10000, "key space of put, txn-update and the preloaded keys read by get, list, count and mixed")
+	fs.IntVar(&cfg.keys, "keys", 10000, "key space of put, txn-update and the preloaded keys read by get, list, count and mixed (loaded in transactions of --load-txn-ops puts, its rate reported as the \"load\" row; 1000000 of 1 KiB needs --etcd-quota-backend-bytes above 2 GiB)")
 	fs.Int64Var(&cfg.total, "total", 0, "operations per workload (0: bounded by --duration only)")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "time per workload (0: bounded by --total only)")
 	fs.DurationVar(&cfg.opTimeout, "op-timeout", 30*time.Second, "deadline of a single request")
 	fs.IntVar(&cfg.watchers, "watchers", 1000, "watch: watchers on the prefix")
 	fs.IntVar(&cfg.events, "events", 1000, "watch: events written (each must reach every watcher exactly once)")
 	fs.Float64Var(&cfg.watchRate, "watch-rate", 0, "watch: events written per second (0: as fast as one writer can)")
+	fs.Float64Var(&cfg.writeRate, "write-rate", 50, "list-under-writes: puts per second of its one writer while the lists run (0: as fast as one writer can)")
+	fs.IntVar(&cfg.deleteKeys, "delete-keys", 0, fmt.Sprintf("delete: keys loaded before the clock starts, each deleted once; the workload ends early when they are used up (0: --total if given, else enough for %d deletes/s per client, at least %d/s and at most %d/s, over --duration)", deleteRatePerClient, deleteRateMin, deleteRateMax))
+	fs.IntVar(&cfg.loadTxnOps, "load-txn-ops", loadTxnOps, "puts per transaction when loading the --keys shared keys and delete's keys (fewer when that many values of --val-size would exceed 1 MiB). 128, etcd's and kite's default --max-txn-ops, loads fastest, but etcd keeps its last 5,000 raft entries in memory (for slow followers), so its resident memory then holds up to 5,000 transactions of 128 values (about 640 MiB with --keys 1000000 of 1 KiB); give 1 to load as kube-apiserver creates objects, one per transaction, when the memory rows matter")
+	fs.Int64Var(&cfg.quotaBackendBytes, "etcd-quota-backend-bytes", 0, "with --compare: --quota-backend-bytes of the reference etcd and of kite alike, the database size that raises NOSPACE (0: their default, 2 GiB; negative: none). --keys 1000000 of 1 KiB needs more: its database alone is over 1 GiB before any workload writes, e.g. 8589934592")
 	fs.IntVar(&cfg.memoryKeys, "memory-keys", 0, "with --compare: preload this many keys into a fresh server of each kind and report its resident memory")
-	fs.BoolVar(&cfg.smoke, "smoke", false, "run every workload tiny (a few seconds in all) to prove the tool works")
+	fs.BoolVar(&cfg.smoke, "smoke", false, "run every workload tiny (a few seconds in all) to prove the tool works; without --workloads: "+smokeWorkloads)
 	fs.StringVar(&cfg.jsonPath, "json", "", "also write the JSON lines to this file")
 	fs.StringVar(&cfg.workDir, "work-dir", "", "parent of the temporary data directories of --compare (default: $TMPDIR)")
 	fs.DurationVar(&cfg.startupWait, "startup-timeout", 60*time.Second, "how long a started server may take to answer")
@@ -184,6 +199,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, slog.Level, error) {
 	}
 	if cfg.smoke {
 		applySmoke(cfg)
+		if !flagGiven(fs, "workloads") {
+			workloads = smokeWorkloads
+		}
 	}
 	specs, err := parseSpecs(workloads, cfg)
 	if err != nil {
@@ -206,6 +224,14 @@ func applySmoke(cfg *config) {
 	cfg.watchers = 4
 	cfg.events = 25
 	cfg.memoryKeys = min(cfg.memoryKeys, 1000)
+	cfg.deleteKeys = 0 // --total's 100
+}
+
+// flagGiven reports whether the command line set the flag name.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }
 
 func validate(cfg *config) error {
@@ -222,6 +248,12 @@ func validate(cfg *config) error {
 		return errors.New("--clients, --conns and --keys must be at least 1, --val-size at least 0")
 	case cfg.watchers < 1 || cfg.events < 1:
 		return errors.New("--watchers and --events must be at least 1")
+	case cfg.writeRate < 0 || cfg.deleteKeys < 0:
+		return errors.New("--write-rate and --delete-keys must not be negative")
+	case cfg.loadTxnOps < 1:
+		return errors.New("--load-txn-ops must be at least 1")
+	case cfg.quotaBackendBytes != 0 && !cfg.compare:
+		return errors.New("--etcd-quota-backend-bytes needs --compare (it is a flag of the servers started here)")
 	case cfg.datastore != datastoreSQLite && cfg.datastore != datastorePostgres && cfg.datastore != datastoreRaftSQL:
 		return fmt.Errorf("--datastore %q: want %s, %s or %s", cfg.datastore, datastoreSQLite, datastorePostgres, datastoreRaftSQL)
 	case cfg.datastore != datastoreSQLite && !cfg.compare:

@@ -30,7 +30,9 @@ type result struct {
 	// RSSBytes is the server's resident memory after the workload, when the
 	// server is a process this run started (--compare); with several
 	// servers on one database, or the members of a raft cluster, their sum
-	// (the database server not counted).
+	// (the database server not counted). In the peak-rss row it is the
+	// peak (VmHWM) over the run, of the largest server: peaks of several
+	// processes need not coincide, so they are not summed.
 	RSSBytes int64 `json:"rss_bytes,omitempty"`
 	// RSSNodesBytes is, with several servers or members, each one's
 	// resident memory (in the order of their names, kite-0, kite-1, ...),
@@ -106,9 +108,12 @@ func writeTable(w io.Writer, results []result) error {
 	fmt.Fprintln(tw, "target\tworkload\tclients\tops\tseconds\tops/s\tp50 ms\tp90 ms\tp99 ms\tmax ms\terrors\tmissed\tdups\tRSS MiB\t")
 	var notes []string
 	for _, r := range results {
-		if r.NotServed {
+		switch {
+		case r.NotServed:
 			fmt.Fprintf(tw, "%s\t%s\t%d\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", r.Target, r.Workload, r.Clients)
-		} else {
+		case memoryOnly(r):
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\t\n", r.Target, r.Workload, mib(r.RSSBytes))
+		default:
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t\n",
 				r.Target, r.Workload, r.Clients, r.Ops, r.Seconds, r.OpsPerSec,
 				msCell(r, r.P50ms), msCell(r, r.P90ms), msCell(r, r.P99ms), msCell(r, r.MaxMs),
@@ -149,6 +154,11 @@ func writeRatios(w io.Writer, results []result, num, den string) error {
 	var notes []string
 	for _, wl := range order {
 		d, n := byKey[[2]string{den, wl}], byKey[[2]string{num, wl}]
+		if memoryOnly(d) {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\t%s\t%s\t-\t-\t\n",
+				wl, mib(d.RSSBytes), mib(n.RSSBytes), ratio(float64(n.RSSBytes), float64(d.RSSBytes)))
+			continue
+		}
 		if d.NotServed {
 			fmt.Fprintf(tw, "%s\t-\t%.0f\t-\t-\t%s\t-\t-\t%s\t-\t-\t%s\t-\t-\t%d/%d/%d\t\n",
 				wl, n.OpsPerSec, msCell(n, n.P50ms), msCell(n, n.P99ms), mib(n.RSSBytes), n.Errors, n.Missed, n.Duplicates)
@@ -173,8 +183,14 @@ func writeRatios(w io.Writer, results []result, num, den string) error {
 	return nil
 }
 
+// memoryOnly reports whether a row is a memory reading and nothing else
+// (peak-rss): no operations, no time.
+func memoryOnly(r result) bool {
+	return r.Ops == 0 && r.Seconds == 0 && r.RSSBytes > 0 && !r.NotServed
+}
+
 // msCell formats a latency, or "-" for a row that measured none (the
-// memory rows time only their preload).
+// memory and load rows time only their preload, peak-rss nothing).
 func msCell(r result, v float64) string {
 	if r.MaxMs == 0 {
 		return "-"

@@ -155,6 +155,17 @@ func runCompare(ctx context.Context, cfg *config, log *slog.Logger, runID string
 	wlResults, err := runWorkloads(ctx, cfg, log, runID, targets, emit)
 	results = append(results, wlResults...)
 	errs = append(errs, err)
+	// While the servers are still up: a process's peak is gone with it.
+	for _, t := range targets {
+		r, err := peakMemory(t)
+		if err != nil {
+			// A server that exited was reported by the workload it died in.
+			log.Warn("peak memory not measured", "target", t.name, "error", err)
+			continue
+		}
+		results = append(results, r)
+		errs = append(errs, emit(r))
+	}
 
 	fmt.Fprintln(stdout)
 	errs = append(errs, writeTable(stdout, results))
@@ -179,11 +190,19 @@ func runCompare(ctx context.Context, cfg *config, log *slog.Logger, runID string
 // emits each result as soon as it is known. A failing workload does not
 // stop the others; its error is returned at the end. On a partial target
 // (kine) a workload that failed outright is reported as unsupported, with
-// its error, and does not fail the run.
+// its error, and does not fail the run. The first workload of a target
+// that reads the shared keys loads them first, and that load is a row of
+// its own ("load").
 func runWorkloads(ctx context.Context, cfg *config, log *slog.Logger, runID string, targets []*target, emit func(result) error) ([]result, error) {
 	defs := workloadDefs()
 	var results []result
 	var errs []error
+	keep := func(rs ...result) {
+		for _, r := range rs {
+			results = append(results, r)
+			errs = append(errs, emit(r))
+		}
+	}
 	for _, s := range cfg.workloads {
 		for _, t := range targets {
 			if err := ctx.Err(); err != nil {
@@ -191,7 +210,7 @@ func runWorkloads(ctx context.Context, cfg *config, log *slog.Logger, runID stri
 			}
 			e := &env{cfg: cfg, t: t, log: log, runID: runID}
 			def := defs[s.name]
-			var r result
+			var rs []result
 			var err error
 			if t.cl != nil && t.cl.exited() != nil {
 				// A server that died (a crash under the previous workload)
@@ -204,21 +223,35 @@ func runWorkloads(ctx context.Context, cfg *config, log *slog.Logger, runID stri
 					err = t.cl.exited()
 				}
 			}
-			if err == nil && def.needsData {
-				// Outside the measured interval and the profile.
-				err = e.ensureData(ctx)
+			// Loads are outside the measured interval and the profile.
+			if err == nil && def.needsData && !t.dataLoaded {
+				var load result
+				if load, err = e.loadData(ctx); err == nil {
+					if t.cl != nil {
+						if nodes, err := t.cl.rssNodes(); err == nil {
+							load.setRSS(nodes)
+						}
+					}
+					keep(load)
+				}
+			}
+			if err == nil && def.prepare != nil {
+				err = def.prepare(ctx, e, s)
 			}
 			if err == nil {
 				log.Info("running workload", "target", t.name, "workload", s.label, "clients", s.clients)
 				stopProfile := startProfiles(ctx, cfg, log, t, s.label)
-				r, err = def.run(ctx, e, s)
+				rs, err = def.run(ctx, e, s)
 				stopProfile()
+			}
+			var r result // the workload's own row; rs[1:] measured beside it
+			if len(rs) > 0 {
+				r = rs[0]
 			}
 			if t.partial && (err != nil || (r.Ops == 0 && r.Errors > 0)) {
 				r = unsupportedResult(t.name, s, r, err)
 				log.Warn("workload not served", "target", t.name, "workload", s.label, "note", r.Note)
-				results = append(results, r)
-				errs = append(errs, emit(r))
+				keep(r)
 				continue
 			}
 			if err != nil {
@@ -230,16 +263,19 @@ func runWorkloads(ctx context.Context, cfg *config, log *slog.Logger, runID stri
 				if err := t.cl.exited(); err != nil {
 					if t.partial {
 						// A reference that crashed is a finding about it, not a failed run.
-						r.Note = "server exited during the workload: " + err.Error()
+						for i := range rs {
+							rs[i].Note = "server exited during the workload: " + err.Error()
+						}
 					} else {
 						errs = append(errs, fmt.Errorf("%s during %s: %w", t.name, s.label, err))
 					}
 				} else if nodes, err := t.cl.rssNodes(); err == nil {
-					r.setRSS(nodes)
+					for i := range rs {
+						rs[i].setRSS(nodes)
+					}
 				}
 			}
-			results = append(results, r)
-			errs = append(errs, emit(r))
+			keep(rs...)
 		}
 	}
 	return results, errors.Join(errs...)
@@ -300,5 +336,36 @@ func measureMemory(ctx context.Context, cfg *config, log *slog.Logger, runID str
 	r := newResult(kind.name, spec{label: label, clients: 32}, int64(cfg.memoryKeys), took, &histogram{}, 0)
 	r.setRSS(nodes)
 	log.Info("measured memory", "server", kind.name, "keys", cfg.memoryKeys, "rss_mib", mib(r.RSSBytes), "max_rss_mib", mib(r.RSSMaxBytes))
+	return r, nil
+}
+
+// peakRSSLabel is the workload name of the row that reports the servers'
+// peak resident memory over the whole run.
+const peakRSSLabel = "peak-rss"
+
+// peakMemory reports the peak resident memory (VmHWM) of t's servers over
+// their life: the memory rows after each workload show where memory
+// settled, and miss what a list or a load held for a moment. Its
+// rss_bytes is the largest server's peak, not a sum as in the other rows:
+// the servers' peaks need not be at the same moment, so their sum is
+// nothing that was ever resident. A server started again during the run
+// (failover, a crashed kine) counts only since its last start, and the
+// row's note says so.
+func peakMemory(t *target) (result, error) {
+	if err := t.cl.exited(); err != nil {
+		return result{}, err
+	}
+	nodes, err := t.cl.peakRSSNodes()
+	if err != nil {
+		return result{}, err
+	}
+	r := result{Workload: peakRSSLabel, Target: t.name}
+	r.setRSS(nodes)
+	if len(nodes) > 1 {
+		r.RSSBytes = r.RSSMaxBytes
+	}
+	if restarted := t.cl.restarted(); len(restarted) > 0 {
+		r.Note = "peak since the last start of " + strings.Join(restarted, ", ") + ", started again during the run"
+	}
 	return r, nil
 }

@@ -38,6 +38,12 @@ type serverProc struct {
 	exitLogged bool
 	argv       []string
 	env        []string // added to the environment
+	// starts counts the process's starts: after a restart its peak memory
+	// (VmHWM) covers only the time since.
+	starts int
+	// rssSeen is the largest VmRSS read of the process since its last
+	// start (only by the run's goroutine).
+	rssSeen int64
 }
 
 // member is where one server process lives: its name, data dir and client
@@ -84,6 +90,9 @@ func etcdKind(name string, cfg *config) (serverKind, error) {
 			argv = append(argv, "--listen-peer", m.peerURL, "--initial-cluster", m.initialCluster,
 				"--initial-cluster-token", m.token)
 		}
+		if cfg.quotaBackendBytes != 0 {
+			argv = append(argv, "--quota-backend-bytes", strconv.FormatInt(cfg.quotaBackendBytes, 10))
+		}
 		return argv
 	}}
 	if cfg.datastore == datastoreRaftSQL {
@@ -122,6 +131,10 @@ func kiteKind(cfg *config) (serverKind, error) {
 		}
 		if cfg.profile != nil {
 			argv = append(argv, "--enable-pprof")
+		}
+		if cfg.quotaBackendBytes != 0 {
+			// The same quota as the reference's: kite's flag is etcd's.
+			argv = append(argv, "--quota-backend-bytes", strconv.FormatInt(cfg.quotaBackendBytes, 10))
 		}
 		return argv
 	}}
@@ -214,15 +227,55 @@ func (c *cluster) endpoints() []string {
 // rssNodes is the resident memory of each of the cluster's servers (the
 // database server's not counted), in the order of c.procs.
 func (c *cluster) rssNodes() ([]int64, error) {
+	nodes, err := c.statusNodes(statusRSS)
+	if err != nil {
+		return nil, err
+	}
+	for i, p := range c.procs {
+		p.rssSeen = max(p.rssSeen, nodes[i])
+	}
+	return nodes, nil
+}
+
+// peakRSSNodes is the peak resident memory of each of the cluster's
+// servers since it started, in the order of c.procs: VmHWM, or the largest
+// VmRSS read before when that is more. The kernel's high-water mark is
+// taken from approximate per-CPU counters and only when memory is
+// unmapped, so it can come out a few hundred KiB below a VmRSS read
+// earlier, and a peak must not be below what was seen.
+func (c *cluster) peakRSSNodes() ([]int64, error) {
+	nodes, err := c.statusNodes(statusPeakRSS)
+	if err != nil {
+		return nil, err
+	}
+	for i, p := range c.procs {
+		nodes[i] = max(nodes[i], p.rssSeen)
+	}
+	return nodes, nil
+}
+
+// statusNodes reads one memory field of /proc/PID/status for each server.
+func (c *cluster) statusNodes(field string) ([]int64, error) {
 	nodes := make([]int64, len(c.procs))
 	for i, p := range c.procs {
-		r, err := p.rss()
+		r, err := readStatusBytes(p.cmd.Process.Pid, field)
 		if err != nil {
 			return nil, err
 		}
 		nodes[i] = r
 	}
 	return nodes, nil
+}
+
+// restarted names the cluster's servers that were started more than once.
+func (c *cluster) restarted() []string {
+	var names []string
+	for _, p := range c.procs {
+		if p.starts > 1 {
+			names = append(names, p.name)
+		}
+	}
+	return names
 }
 
 // exited returns an error naming every server of the cluster that is no
@@ -364,6 +417,8 @@ func (p *serverProc) start() error {
 		close(p.exited)
 		return fmt.Errorf("start %s (%s): %w", p.name, p.argv[0], err)
 	}
+	p.starts++
+	p.rssSeen = 0
 	cmd, exited := p.cmd, p.exited
 	go func() {
 		err := cmd.Wait()
@@ -405,12 +460,15 @@ func (p *serverProc) waitReady(ctx context.Context, timeout time.Duration) error
 	}
 }
 
-// rss returns the process's resident memory (VmRSS) in bytes.
-func (p *serverProc) rss() (int64, error) {
-	return readRSS(p.cmd.Process.Pid)
-}
+// Fields of /proc/PID/status, in kB.
+const (
+	statusRSS     = "VmRSS" // resident memory now
+	statusPeakRSS = "VmHWM" // the most resident memory since the process started
+)
 
-func readRSS(pid int) (int64, error) {
+// readStatusBytes reads field (statusRSS, statusPeakRSS) of the process's
+// /proc/PID/status, in bytes.
+func readStatusBytes(pid int, field string) (int64, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, fmt.Errorf("read memory of pid %d: %w", pid, err)
@@ -418,10 +476,10 @@ func readRSS(pid int) (int64, error) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("parse VmRSS %q: %w", rest, err)
+				return 0, fmt.Errorf("parse %s %q: %w", field, rest, err)
 			}
 			return kb * 1024, nil
 		}
@@ -429,7 +487,7 @@ func readRSS(pid int) (int64, error) {
 	if err := sc.Err(); err != nil {
 		return 0, fmt.Errorf("read memory of pid %d: %w", pid, err)
 	}
-	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
+	return 0, fmt.Errorf("no %s for pid %d", field, pid)
 }
 
 // kill ends the server abruptly (SIGKILL: no shutdown code runs, as in a

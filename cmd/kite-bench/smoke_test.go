@@ -38,14 +38,14 @@ func Test_SmokeAgainstEmbeddedEtcd(t *testing.T) {
 	endpoint := "http://127.0.0.1:" + strconv.Itoa(port)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	e, err := startEmbedded(ctx, member{name: "smoke", dataDir: filepath.Join(t.TempDir(), "etcd"), clientURL: endpoint})
+	e, err := startEmbedded(ctx, member{name: "smoke", dataDir: filepath.Join(t.TempDir(), "etcd"), clientURL: endpoint}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
 
 	results := runSmoke(t, "--smoke", "--endpoints", endpoint)
-	checkEveryWorkload(t, results, []string{endpoint})
+	checkEveryWorkload(t, results, []string{endpoint}, smokeWorkloads)
 }
 
 // Test_SmokeCompare runs --compare with a second reference etcd standing in
@@ -61,11 +61,35 @@ func Test_SmokeCompare(t *testing.T) {
 	}
 	results := runSmoke(t, "--smoke", "--compare", "--kite-binary", kite,
 		"--memory-keys", "300", "--work-dir", t.TempDir())
-	checkEveryWorkload(t, results, []string{"etcd", "kite"})
+	checkEveryWorkload(t, results, []string{"etcd", "kite"}, smokeWorkloads)
 	for _, target := range []string{"etcd", "kite"} {
 		r, ok := results[target+"/memory-300"]
 		if !ok || r.RSSBytes <= 0 || r.Ops != 300 {
 			t.Errorf("%s memory result = %+v, want 300 keys and a resident size", target, r)
+		}
+	}
+	checkPeakRSS(t, results, []string{"etcd", "kite"})
+}
+
+// checkPeakRSS wants each target's peak-rss row: the largest server's peak
+// resident memory and, with several servers, each one's; unless a server
+// was started again (its peak then starts over), at least what any row of
+// the target saw resident.
+func checkPeakRSS(t *testing.T, results map[string]result, targets []string) {
+	t.Helper()
+	for _, target := range targets {
+		peak, ok := results[target+"/"+peakRSSLabel]
+		if !ok || peak.RSSBytes <= 0 || (len(peak.RSSNodesBytes) > 0 && peak.RSSBytes != peak.RSSMaxBytes) {
+			t.Errorf("%s/%s = %+v, want the peak resident size of the largest server", target, peakRSSLabel, peak)
+			continue
+		}
+		if peak.Note != "" {
+			continue
+		}
+		for _, r := range results {
+			if r.Target == target && !strings.HasPrefix(r.Workload, "memory-") && maxRSS(r) > peak.RSSBytes {
+				t.Errorf("%s/%s: resident %d bytes, above the peak %d", target, r.Workload, maxRSS(r), peak.RSSBytes)
+			}
 		}
 	}
 }
@@ -96,12 +120,21 @@ func runSmoke(t *testing.T, args ...string) map[string]result {
 	return results
 }
 
-// checkEveryWorkload wants one correct result per default workload and
-// target: operations done, no errors, nothing missed or duplicated.
-func checkEveryWorkload(t *testing.T, results map[string]result, targets []string) {
+// checkEveryWorkload wants one correct result per workload of workloads
+// (comma-separated) and target: operations done, no errors, nothing missed
+// or duplicated; and the rows measured beside them: the load of the shared
+// keys, list-under-writes' writer.
+func checkEveryWorkload(t *testing.T, results map[string]result, targets []string, workloads string) {
 	t.Helper()
+	rows := []string{loadLabel}
+	for wl := range strings.SplitSeq(workloads, ",") {
+		rows = append(rows, wl)
+		if wl == "list-under-writes" {
+			rows = append(rows, wl+writeLabelSuffix)
+		}
+	}
 	for _, target := range targets {
-		for wl := range strings.SplitSeq(defaultWorkloads, ",") {
+		for _, wl := range rows {
 			r, ok := results[target+"/"+wl]
 			switch {
 			case !ok:
@@ -109,6 +142,12 @@ func checkEveryWorkload(t *testing.T, results map[string]result, targets []strin
 			case r.Ops <= 0 || r.Errors != 0 || r.Missed != 0 || r.Duplicates != 0:
 				t.Errorf("%s/%s = %+v, want ops > 0 and no errors, missed or duplicates", target, wl, r)
 			}
+		}
+		if r := results[target+"/"+loadLabel]; r.Ops != 200 {
+			t.Errorf("%s/%s: %d keys loaded, want --smoke's 200", target, loadLabel, r.Ops)
+		}
+		if r, ok := results[target+"/delete"]; ok && r.Ops != 100 {
+			t.Errorf("%s/delete: %d keys deleted, want --smoke's --total 100", target, r.Ops)
 		}
 	}
 }
@@ -140,9 +179,10 @@ func Test_SmokeComparePostgres(t *testing.T) {
 	}
 	kite := buildKite(t, ctx)
 	results := runSmoke(t, "--smoke", "--compare", "--datastore", "postgres", "--postgres-admin", admin,
-		"--kite-binary", kite, "--kite-servers", "2", "--workloads", defaultWorkloads+",watch-remote",
+		"--kite-binary", kite, "--kite-servers", "2", "--workloads", smokeWorkloads+",watch-remote",
 		"--memory-keys", "300", "--work-dir", t.TempDir())
-	checkEveryWorkload(t, results, []string{"etcd", "kite"})
+	checkEveryWorkload(t, results, []string{"etcd", "kite"}, smokeWorkloads)
+	checkPeakRSS(t, results, []string{"etcd", "kite"})
 	for _, target := range []string{"etcd", "kite"} {
 		r, ok := results[target+"/memory-300"]
 		if !ok || r.RSSBytes <= 0 || r.Ops != 300 {
@@ -207,10 +247,14 @@ func Test_SmokeCompareRaftSQL(t *testing.T) {
 	defer cancel()
 	kite := buildKite(t, ctx)
 	results := runSmoke(t, "--smoke", "--compare", "--datastore", "raftsql", "--members", "3",
-		"--kite-binary", kite, "--workloads", defaultWorkloads+",watch-remote,failover",
+		"--kite-binary", kite, "--workloads", smokeWorkloads+",watch-remote,failover",
 		"--memory-keys", "300", "--work-dir", t.TempDir())
-	checkEveryWorkload(t, results, []string{"etcd", "kite"})
+	checkEveryWorkload(t, results, []string{"etcd", "kite"}, smokeWorkloads)
+	checkPeakRSS(t, results, []string{"etcd", "kite"})
 	for _, target := range []string{"etcd", "kite"} {
+		if r := results[target+"/"+peakRSSLabel]; len(r.RSSNodesBytes) != 3 || !strings.Contains(r.Note, "started again") {
+			t.Errorf("%s/%s = %+v, want each of 3 members' peak and a note on the members failover restarted", target, peakRSSLabel, r)
+		}
 		r, ok := results[target+"/memory-300"]
 		if !ok || r.Ops != 300 || len(r.RSSNodesBytes) != 3 || r.RSSMaxBytes <= 0 || r.RSSBytes < 3*r.RSSMaxBytes/2 {
 			t.Errorf("%s memory result = %+v, want 300 keys and the resident size of each of 3 members", target, r)

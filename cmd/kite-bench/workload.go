@@ -28,10 +28,24 @@ type spec struct {
 type workloadDef struct {
 	// defaultClients is the client count when the spec names none.
 	defaultClients func(cfg *config) int
-	run            func(ctx context.Context, e *env, s spec) (result, error)
+	// run measures the workload and returns its rows: the first under the
+	// spec's label, and after it any further measurement of the same run
+	// (list-under-writes also reports its writer, as "LABEL/write").
+	run func(ctx context.Context, e *env, s spec) ([]result, error)
 	// needsData: the workload reads the shared preloaded keys, which are
 	// written before its clock (and any profile) starts.
 	needsData bool
+	// prepare, when set, writes the keys the workload owns (delete's) before
+	// its clock and any profile start, so neither counts the load.
+	prepare func(ctx context.Context, e *env, s spec) error
+}
+
+// one adapts a workload that measures one thing to workloadDef.run.
+func one(run func(ctx context.Context, e *env, s spec) (result, error)) func(ctx context.Context, e *env, s spec) ([]result, error) {
+	return func(ctx context.Context, e *env, s spec) ([]result, error) {
+		r, err := run(ctx, e, s)
+		return []result{r}, err
+	}
 }
 
 func fromFlag(cfg *config) int { return cfg.clients }
@@ -41,22 +55,25 @@ func single(*config) int       { return 1 }
 // variable, so nothing global can be mutated.
 func workloadDefs() map[string]workloadDef {
 	return map[string]workloadDef{
-		"put":              {fromFlag, runPut, false},
-		"txn-update":       {fromFlag, runTxnUpdate, false},
-		"get":              {fromFlag, runGet, true},
-		"get-serializable": {fromFlag, runGet, true},
-		"list":             {single, runList, true},
-		"list-stream":      {single, runListStream, true},
-		"count":            {fromFlag, runCount, true},
-		"watch":            {fromFlag, runWatch, false},
-		"watch-remote":     {fromFlag, runWatchRemote, false},
-		"mixed":            {fromFlag, runMixed, true},
-		"failover":         {single, runFailover, false},
+		"put":               {defaultClients: fromFlag, run: one(runPut)},
+		"txn-update":        {defaultClients: fromFlag, run: one(runTxnUpdate)},
+		"delete":            {defaultClients: fromFlag, run: one(runDelete), prepare: prepareDelete},
+		"get":               {defaultClients: fromFlag, run: one(runGet), needsData: true},
+		"get-serializable":  {defaultClients: fromFlag, run: one(runGet), needsData: true},
+		"list":              {defaultClients: single, run: one(runList), needsData: true},
+		"list-all":          {defaultClients: single, run: one(runListAll), needsData: true},
+		"list-stream":       {defaultClients: single, run: one(runListStream), needsData: true},
+		"list-under-writes": {defaultClients: single, run: runListUnderWrites, needsData: true},
+		"count":             {defaultClients: fromFlag, run: one(runCount), needsData: true},
+		"watch":             {defaultClients: fromFlag, run: one(runWatch)},
+		"watch-remote":      {defaultClients: fromFlag, run: one(runWatchRemote)},
+		"mixed":             {defaultClients: fromFlag, run: one(runMixed), needsData: true},
+		"failover":          {defaultClients: single, run: one(runFailover)},
 	}
 }
 
 func workloadNames() []string {
-	names := make([]string, 0, 11)
+	names := make([]string, 0, 14)
 	for n := range workloadDefs() {
 		names = append(names, n)
 	}
@@ -119,22 +136,11 @@ func (e *env) dataPrefix() string { return e.prefix("data") }
 // conn returns the connection client i uses: clients are spread evenly.
 func (e *env) conn(i int) *clientv3.Client { return e.t.conns[i%len(e.t.conns)] }
 
-// ensureData preloads the shared read keys once per target, outside any
-// measured interval.
-func (e *env) ensureData(ctx context.Context) error {
-	if e.t.dataLoaded {
-		return nil
-	}
-	start := time.Now()
-	if err := preload(ctx, e, e.dataPrefix(), e.cfg.keys, e.cfg.valSize); err != nil {
-		return fmt.Errorf("preload %d keys: %w", e.cfg.keys, err)
-	}
-	e.t.dataLoaded = true
-	e.log.Info("preloaded read keys", "target", e.t.name, "keys", e.cfg.keys, "took", time.Since(start).Round(time.Millisecond))
-	return nil
-}
-
-// preload writes n keys under prefix with 32 concurrent writers.
+// preload writes n keys under prefix with 32 concurrent writers, one Put
+// each. Only --memory-keys uses it: etcd keeps its recent raft entries in
+// memory, so loading in transactions of many puts (loadKeys) would grow
+// the reference's resident memory with the size of each entry, and the
+// memory rows are comparable with earlier runs only if loaded as before.
 func preload(ctx context.Context, e *env, prefix string, n, valSize int) error {
 	const writers = 32
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -190,6 +196,18 @@ type outcome struct {
 // opFunc performs one measured operation of one client.
 type opFunc func(ctx context.Context) error
 
+// errNoMoreWork, returned by an opFunc, ends its client's loop without an
+// operation or an error: the work the workload prepared is used up (delete
+// has deleted every key it loaded), which ends a run as --duration does.
+// A constant, so no package-level variable exists to be reassigned.
+const errNoMoreWork = sentinelError("no more work")
+
+// sentinelError is an error that can be a constant; errors.Is matches it
+// by value.
+type sentinelError string
+
+func (e sentinelError) Error() string { return string(e) }
+
 // closedLoop runs clients workers, each issuing operations back to back,
 // until --total operations were started or --duration passed. newClient is
 // called once per worker, before the clock starts, so each worker can own
@@ -239,6 +257,8 @@ func closedLoop(ctx context.Context, e *env, label string, clients int, newClien
 				switch {
 				case err == nil:
 					hists[i].record(d)
+				case errors.Is(err, errNoMoreWork):
+					return
 				case runEnded(runCtx):
 					// Cut short by the end of the run: neither an operation nor an error.
 				default:

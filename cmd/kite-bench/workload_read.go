@@ -42,16 +42,23 @@ func runGet(ctx context.Context, e *env, s spec) (result, error) {
 }
 
 // runList: one operation is a full paginated list of the preloaded keys as
-// kube-apiserver pages: limit 500, the first page at the latest revision,
-// every further page at that same revision and starting just after the
-// previous page's last key.
+// kube-apiserver pages (see pagedList).
 func runList(ctx context.Context, e *env, s spec) (result, error) {
 	if err := e.ensureData(ctx); err != nil {
 		return result{}, err
 	}
+	out := closedLoop(ctx, e, s.label, s.clients, pagedList(e))
+	return out.result(e, s), nil
+}
+
+// pagedList returns list's clients: each operation is a full list of the
+// preloaded keys as kube-apiserver pages, limit 500, the first page at the
+// latest revision, every further page at that same revision and starting
+// just after the previous page's last key.
+func pagedList(e *env) func(i int) opFunc {
 	prefix := e.dataPrefix()
 	end := clientv3.GetPrefixRangeEnd(prefix)
-	out := closedLoop(ctx, e, s.label, s.clients, func(i int) opFunc {
+	return func(i int) opFunc {
 		kv := e.conn(i)
 		return func(ctx context.Context) error {
 			var rev int64
@@ -75,6 +82,31 @@ func runList(ctx context.Context, e *env, s spec) (result, error) {
 				start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 			}
 			return wantKeys("list", n, e.cfg.keys)
+		}
+	}
+}
+
+// runListAll: one operation is an unpaginated list of every preloaded key
+// in one Range (limit 0), as a client that does not page asks: the server
+// must hold and send the whole answer at once, which is where its memory
+// and its time per key show.
+func runListAll(ctx context.Context, e *env, s spec) (result, error) {
+	if err := e.ensureData(ctx); err != nil {
+		return result{}, err
+	}
+	prefix := e.dataPrefix()
+	end := clientv3.GetPrefixRangeEnd(prefix)
+	out := closedLoop(ctx, e, s.label, s.clients, func(i int) opFunc {
+		kv := e.conn(i)
+		return func(ctx context.Context) error {
+			resp, err := kv.Get(ctx, prefix, clientv3.WithRange(end))
+			if err != nil {
+				return fmt.Errorf("unpaginated list: %w", err)
+			}
+			if resp.More {
+				return fmt.Errorf("unpaginated list: %d keys and more, want all %d", len(resp.Kvs), e.cfg.keys)
+			}
+			return wantKeys("unpaginated list", len(resp.Kvs), e.cfg.keys)
 		}
 	})
 	return out.result(e, s), nil
