@@ -9,6 +9,7 @@
 //	kite-bench --compare --datastore raftsql --members 3 [--workloads ...,failover]
 //	kite-bench --smoke --endpoints ...      every workload, tiny (CI)
 //	kite-bench build-kine [--dir D]          build the kine reference, print its path
+//	kite-bench soak --kite-binary ./kite [--duration 60m] [--out DIR]   endurance test, charts (soak*.go)
 //
 // In postgres mode (--datastore postgres) kite runs on a fresh database
 // that kite-bench creates on --postgres-admin and drops at the end, and
@@ -111,6 +112,9 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == buildKineCommand {
 		os.Exit(runBuildKine(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == soakCommand {
+		os.Exit(runSoakMain(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	os.Exit(runMain(os.Args[1:], os.Stdout, os.Stderr))
 }
