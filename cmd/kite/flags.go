@@ -126,7 +126,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.UintVar(&f.maxTxnOps, "max-txn-ops", server.DefaultMaxTxnOps, "Maximum number of operations permitted in a transaction.")
 	fs.Int64Var(&f.quotaBackendBytes, "quota-backend-bytes", server.DefaultQuotaBackendBytes, "Raise the NOSPACE alarm when the database exceeds this size (negative: no quota).")
 	f.memoryBudget = defaultMemoryBudget
-	fs.Var(&f.memoryBudget, "memory-budget", "What kite keeps in memory between requests, in bytes or with a suffix (512MiB, 1GiB): SQLite's page caches and file mappings, list pages read ahead, and the Go heap's soft limit (docs/architecture.md, \"Memory\").")
+	fs.Var(&f.memoryBudget, "memory-budget", "What kite keeps in memory between requests, in bytes or with a suffix (512MiB, 2GiB): SQLite's page caches and file mappings, list pages read ahead, and the Go heap's soft limit (docs/architecture.md, \"Memory\").")
 	fs.DurationVar(&f.watchProgressNotify, "watch-progress-notify-interval", server.DefaultWatchProgressNotifyInterval, "Duration of periodic watch progress notifications.")
 	fs.DurationVar(&f.watchProgressNotify, "experimental-watch-progress-notify-interval", server.DefaultWatchProgressNotifyInterval, "Deprecated alias of --watch-progress-notify-interval.")
 	fs.StringVar(&f.autoCompactionMode, "auto-compaction-mode", server.CompactionModePeriodic, "Interpret 'auto-compaction-retention' as one of: 'periodic' (a duration) or 'revision' (a revision count).")

@@ -10,10 +10,11 @@ import (
 	"github.com/kite-db/kite/pkg/drivers/sqlite"
 )
 
-// defaultMemoryBudget is --memory-budget's default: at or below a reference
-// etcd's resident memory on the loads in docs/benchmarks.md, while a
-// database of up to a few hundred MiB still reads mostly from mappings.
-const defaultMemoryBudget = 512 << 20
+// defaultMemoryBudget is --memory-budget's default: each read connection
+// maps 128 MiB of the file, which covers the hot pages of the databases in
+// docs/benchmarks.md's 10,000-key runs, and the resident set stays within a
+// reference etcd's at 200,000 keys.
+const defaultMemoryBudget = 1 << 30
 
 // minMemoryBudget keeps every share large enough to work with.
 const minMemoryBudget = 32 << 20
@@ -46,10 +47,10 @@ type memoryShares struct {
 
 // Shares of the budget, as fractions 1/n.
 const (
-	mmapShareDiv      = 4   // all read connections' mappings together
-	readAheadShareDiv = 8   //
-	writerCacheDiv    = 32  //
-	readerCacheDiv    = 128 // each read connection
+	mmapShareDiv      = 2   // all read connections' mappings together
+	readAheadShareDiv = 16  //
+	writerCacheDiv    = 64  //
+	readerCacheDiv    = 256 // each read connection
 	sqliteReadConns   = 4   // the SQLite driver's default read pool
 )
 

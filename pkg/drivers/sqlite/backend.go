@@ -95,8 +95,8 @@ type Backend struct {
 	// readers (each with its statements prepared once), one more serves
 	// Size.
 	rdb     *sql.DB
-	readers chan *readConn // idle pinned read connections
-	rconns  []*readConn    // all of them, for Close
+	readers *readPool   // idle pinned read connections
+	rconns  []*readConn // all of them, for Close
 
 	// writeSem is the write mutex, a channel so that waiting for it honours
 	// ctx. BeginWrite takes it and Commit/Rollback give it back; Defragment
@@ -242,14 +242,14 @@ func (b *Backend) openReaders(ctx context.Context, opts Options) error {
 	b.rdb.SetMaxIdleConns(opts.ReadConns + 1)
 	b.rdb.SetConnMaxLifetime(0)
 	b.rdb.SetConnMaxIdleTime(0)
-	b.readers = make(chan *readConn, opts.ReadConns)
+	b.readers = newReadPool(opts.ReadConns)
 	for range opts.ReadConns {
 		rc, err := b.openReadConn(ctx)
 		if err != nil {
 			return err
 		}
 		b.rconns = append(b.rconns, rc)
-		b.readers <- rc
+		b.readers.put(rc)
 	}
 	return nil
 }
@@ -338,20 +338,17 @@ func (b *Backend) BeginRead(ctx context.Context) (mvcc.ReadTx, error) {
 	if b.closed.Load() {
 		return nil, mvcc.ErrClosed
 	}
-	var rc *readConn
-	select {
-	case rc = <-b.readers:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("begin read: wait for connection: %w", ctx.Err())
+	rc, err := b.readers.get(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("begin read: wait for connection: %w", err)
 	}
 	// The transaction outlives the ctx of this call: the caller ends it with
 	// Rollback, and each read honours its own ctx.
 	if _, err := rc.begin.ExecContext(context.WithoutCancel(ctx)); err != nil {
-		b.readers <- rc
+		b.readers.put(rc)
 		return nil, fmt.Errorf("begin read: %w", err)
 	}
 	r := &readTx{reader: reader{stmts: rc.stmts, defs: b.defs}, rc: rc, b: b}
-	var err error
 	if r.current, r.compacted, err = r.reader.Revisions(ctx); err != nil {
 		return nil, errors.Join(fmt.Errorf("begin read: %w", err), r.Rollback())
 	}
@@ -438,7 +435,7 @@ func (b *Backend) replaceReadConn(old, rc *readConn) {
 	}
 	b.closeMu.Unlock()
 	_ = old.close()
-	b.readers <- rc
+	b.readers.put(rc)
 }
 
 // AppliedIndex returns the last raft entry a transaction recorded with

@@ -240,13 +240,11 @@ func (b *Backend) GetLatest(ctx context.Context, key []byte) (*mvccpb.KeyValue, 
 	if b.closed.Load() {
 		return nil, 0, 0, mvcc.ErrClosed
 	}
-	var rc *readConn
-	select {
-	case rc = <-b.readers:
-	case <-ctx.Done():
-		return nil, 0, 0, fmt.Errorf("get latest: wait for connection: %w", ctx.Err())
+	rc, err := b.readers.get(ctx)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("get latest: wait for connection: %w", err)
 	}
-	defer func() { b.readers <- rc }()
+	defer b.readers.put(rc)
 	// One key: short, see stmtCtx.
 	if err := ctx.Err(); err != nil {
 		return nil, 0, 0, fmt.Errorf("get latest: %w", err)
@@ -258,7 +256,7 @@ func (b *Backend) GetLatest(ctx context.Context, key []byte) (*mvccpb.KeyValue, 
 	// The commonest request runs on the driver connection itself: through
 	// database/sql (the statement lookup, argument conversion, Rows and
 	// Scan) it cost about a fifth of a get's CPU.
-	err := rc.conn.Raw(func(any) error {
+	err = rc.conn.Raw(func(any) error {
 		rows, err := rc.getLatest.QueryContext(context.Background(),
 			[]driver.NamedValue{{Ordinal: 1, Value: nonNil(key)}})
 		if err != nil {
@@ -463,7 +461,7 @@ func (t *readTx) Rollback() error {
 	t.done = true
 	_, err := t.rc.rollback.ExecContext(context.Background())
 	if err == nil {
-		t.b.readers <- t.rc
+		t.b.readers.put(t.rc)
 		return nil
 	}
 	err = fmt.Errorf("end read: %w", err)
@@ -471,7 +469,7 @@ func (t *readTx) Rollback() error {
 	if oerr != nil {
 		// Keep the old connection rather than shrink the pool for good: the
 		// next BEGIN on it fails, and is answered as an error.
-		t.b.readers <- t.rc
+		t.b.readers.put(t.rc)
 		return errors.Join(err, oerr)
 	}
 	t.b.replaceReadConn(t.rc, rc)
