@@ -25,7 +25,9 @@ const maxUnchangedCheck = 256
 // of one range is kept so that its Range and Count share it.
 type unchangedTx struct {
 	ReadTx
-	current int64
+	current, compacted int64
+	// counts carries counts forward through the log (rangecount.go).
+	counts *rangeCounts
 
 	lastKey, lastEnd []byte
 	lastRev          int64
@@ -37,7 +39,14 @@ func (t *unchangedTx) Range(ctx context.Context, key, end []byte, rev, limit int
 }
 
 func (t *unchangedTx) Count(ctx context.Context, key, end []byte, rev int64) (int64, error) {
-	return t.ReadTx.Count(ctx, key, end, t.serveAt(ctx, key, end, rev))
+	if n, ok := t.counts.count(ctx, t.ReadTx, key, end, rev, t.compacted); ok {
+		return n, nil
+	}
+	n, err := t.ReadTx.Count(ctx, key, end, t.serveAt(ctx, key, end, rev))
+	if err == nil {
+		t.counts.put(key, end, rev, n)
+	}
+	return n, err
 }
 
 // serveAt returns the revision to read [key, end) at: current if nothing in

@@ -3,8 +3,10 @@ package mvcc_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -104,5 +106,95 @@ func TestOldRevisionReadOfUnchangedRangeServedLive(t *testing.T) {
 	resp, err = s.Range(ctx, &pb.RangeRequest{Key: []byte("/a/"), RangeEnd: []byte("/a0"), Revision: listRev - 1})
 	if err != nil || resp.Count != 5 || string(resp.Kvs[0].Key) != "/a/0" {
 		t.Fatalf("range at %d after a create in it: %v, %v", listRev-1, resp, err)
+	}
+}
+
+// countRecorder counts the Count calls that reach the database.
+type countRecorder struct {
+	*sqlite.Backend
+	counts atomic.Int64
+}
+
+func (r *countRecorder) BeginRead(ctx context.Context) (mvcc.ReadTx, error) {
+	tx, err := r.Backend.BeginRead(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &countingReadTx{ReadTx: tx, r: r}, nil
+}
+
+type countingReadTx struct {
+	mvcc.ReadTx
+	r *countRecorder
+}
+
+func (t *countingReadTx) Count(ctx context.Context, key, end []byte, rev int64) (int64, error) {
+	t.r.counts.Add(1)
+	return t.ReadTx.Count(ctx, key, end, rev)
+}
+
+// A count is carried forward through the log (creates add, deletes take
+// away, updates change nothing) instead of walking the range again, and
+// always equals the number of keys a full read of the range returns.
+func TestCountCarriedForwardThroughTheLog(t *testing.T) {
+	ctx := context.Background()
+	b, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "kite.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &countRecorder{Backend: b}
+	s, err := mvcc.Open(ctx, rec, mvcc.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(); b.Close() })
+	count := func(rev int64) (int64, int64) {
+		t.Helper()
+		c, err := s.Range(ctx, &pb.RangeRequest{Key: []byte("/c/"), RangeEnd: []byte("/c0"), CountOnly: true, Revision: rev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, err := s.Range(ctx, &pb.RangeRequest{Key: []byte("/c/"), RangeEnd: []byte("/c0"), Revision: rev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Count, int64(len(all.Kvs))
+	}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for i := range 300 {
+		k := fmt.Sprintf("/c/%02d", rnd.IntN(40))
+		switch op := rnd.IntN(10); {
+		case op < 5:
+			put(t, s, k, fmt.Sprint(i), 0)
+		case op < 8:
+			if _, err := s.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte(k)}); err != nil {
+				t.Fatal(err)
+			}
+		case op < 9:
+			put(t, s, fmt.Sprintf("/d/%d", i), "x", 0) // outside the range
+		default:
+			// A range delete inside the range, several tombstones at once.
+			if _, err := s.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte("/c/1"), RangeEnd: []byte("/c/2")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got, want := count(0); got != want {
+			t.Fatalf("after op %d: count %d, a read of the range has %d keys", i, got, want)
+		}
+	}
+	before := rec.counts.Load()
+	for range 10 {
+		put(t, s, "/c/05", "again", 0)
+		put(t, s, "/d/x", "again", 0)
+		if got, want := count(0); got != want {
+			t.Fatalf("count %d, a read of the range has %d keys", got, want)
+		}
+	}
+	if n := rec.counts.Load() - before; n != 0 {
+		t.Fatalf("%d counts walked the range; the remembered count should have carried forward", n)
+	}
+	// An older revision than the one remembered is counted again, right.
+	if got, want := count(5); got != want {
+		t.Fatalf("count at revision 5: %d, want %d", got, want)
 	}
 }
