@@ -22,9 +22,7 @@ import (
 // bounded, oldest entry out first.
 type pageCounts struct {
 	mu    sync.Mutex
-	byKey map[string]int64
-	order []string // insertion order, for eviction
-	next  int      // slot of order to overwrite next once full
+	byKey *ringMap[int64]
 }
 
 const (
@@ -34,7 +32,7 @@ const (
 )
 
 func newPageCounts() *pageCounts {
-	return &pageCounts{byKey: make(map[string]int64, pageCountEntries)}
+	return &pageCounts{byKey: newRingMap[int64](pageCountEntries)}
 }
 
 func pageCountKey(rev int64, key, end []byte) string {
@@ -49,8 +47,7 @@ func (c *pageCounts) get(rev int64, key, end []byte) (int64, bool) {
 	k := pageCountKey(rev, key, end)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n, ok := c.byKey[k]
-	return n, ok
+	return c.byKey.get(k)
 }
 
 func (c *pageCounts) put(rev int64, key, end []byte, n int64) {
@@ -60,17 +57,9 @@ func (c *pageCounts) put(rev int64, key, end []byte, n int64) {
 	k := pageCountKey(rev, key, end)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.byKey[k]; ok {
-		return
+	if _, ok := c.byKey.get(k); !ok {
+		c.byKey.set(k, n)
 	}
-	if len(c.order) < pageCountEntries {
-		c.order = append(c.order, k)
-	} else {
-		delete(c.byKey, c.order[c.next])
-		c.order[c.next] = k
-		c.next = (c.next + 1) % pageCountEntries
-	}
-	c.byKey[k] = n
 }
 
 // rememberNextPage records the count of the page after resp, when resp is a

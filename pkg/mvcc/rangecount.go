@@ -19,9 +19,7 @@ import (
 // the log is whole. Past that bound the range is counted again.
 type rangeCounts struct {
 	mu      sync.Mutex
-	byRange map[string]rangeCount
-	order   []string // insertion order, for eviction
-	next    int
+	byRange *ringMap[rangeCount]
 }
 
 type rangeCount struct {
@@ -31,7 +29,7 @@ type rangeCount struct {
 const rangeCountEntries = 256
 
 func newRangeCounts() *rangeCounts {
-	return &rangeCounts{byRange: make(map[string]rangeCount, rangeCountEntries)}
+	return &rangeCounts{byRange: newRingMap[rangeCount](rangeCountEntries)}
 }
 
 func rangeCountKey(key, end []byte) string {
@@ -44,7 +42,7 @@ func rangeCountKey(key, end []byte) string {
 func (c *rangeCounts) count(ctx context.Context, tx ReadTx, key, end []byte, rev, compacted int64) (int64, bool) {
 	k := rangeCountKey(key, end)
 	c.mu.Lock()
-	rc, ok := c.byRange[k]
+	rc, ok := c.byRange.get(k)
 	c.mu.Unlock()
 	if !ok || rc.rev > rev || rc.rev < compacted {
 		return 0, false
@@ -79,18 +77,7 @@ func (c *rangeCounts) put(key, end []byte, rev, n int64) {
 	k := rangeCountKey(key, end)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if old, ok := c.byRange[k]; ok {
-		if old.rev < rev {
-			c.byRange[k] = rangeCount{rev: rev, n: n}
-		}
-		return
+	if old, ok := c.byRange.get(k); !ok || old.rev < rev {
+		c.byRange.set(k, rangeCount{rev: rev, n: n})
 	}
-	if len(c.order) < rangeCountEntries {
-		c.order = append(c.order, k)
-	} else {
-		delete(c.byRange, c.order[c.next])
-		c.order[c.next] = k
-		c.next = (c.next + 1) % rangeCountEntries
-	}
-	c.byRange[k] = rangeCount{rev: rev, n: n}
 }
