@@ -120,7 +120,10 @@ type Store struct {
 	// pageCounts spares each page of a paginated list a count of the rest
 	// of its range.
 	pageCounts *pageCounts
-	readAhead  *readAhead
+	// rangeCounts carries each range's newest count forward through the
+	// log (rangecount.go).
+	rangeCounts *rangeCounts
+	readAhead   *readAhead
 
 	ctx       context.Context // ends at Close; every goroutine watches it
 	cancel    context.CancelFunc
@@ -143,7 +146,8 @@ func Open(ctx context.Context, b Backend, cfg Config) (*Store, error) {
 		quota:  &quota{limit: cfg.QuotaBackendBytes, b: b, log: cfg.Logger.With("component", "quota")},
 		stopc:  make(chan struct{}),
 
-		pageCounts: newPageCounts(),
+		pageCounts:  newPageCounts(),
+		rangeCounts: newRangeCounts(),
 	}
 	s.readAhead = newReadAhead(s)
 	if r, ok := b.(Replicator); ok {
@@ -295,7 +299,7 @@ func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount boo
 			return nil, err
 		}
 		defer tx.Rollback()
-		return executeRange(ctx, tx, r, current, compacted, false)
+		return executeRange(ctx, s.unchanged(tx, current, compacted), r, current, compacted, false)
 	}
 	// A page read ahead holds the rows at r.Revision, which never change;
 	// only a compaction since can make the answer an error instead.
@@ -313,6 +317,12 @@ func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount boo
 	return resp, nil
 }
 
+// unchanged wraps a read transaction for executeRange: older revisions of
+// unchanged ranges read from the live index, counts carried forward.
+func (s *Store) unchanged(tx ReadTx, current, compacted int64) *unchangedTx {
+	return &unchangedTx{ReadTx: tx, current: current, compacted: compacted, counts: s.rangeCounts}
+}
+
 // readPage answers a Range from a fresh snapshot, counting through
 // pageCounts. continued reports that r continues a paginated list (its count
 // was known from the previous page).
@@ -322,7 +332,7 @@ func (s *Store) readPage(ctx context.Context, r *pb.RangeRequest) (resp *pb.Rang
 		return nil, false, err
 	}
 	defer tx.Rollback()
-	ctr := &countingTx{ReadTx: tx, counts: s.pageCounts}
+	ctr := &countingTx{ReadTx: s.unchanged(tx, current, compacted), counts: s.pageCounts}
 	if resp, err = executeRange(ctx, ctr, r, current, compacted, true); err != nil {
 		return nil, false, err
 	}
