@@ -271,6 +271,7 @@ func (f *serveFlags) config(log *slog.Logger) server.Config {
 		AuthTokenTTL:                time.Duration(f.authTokenTTL) * time.Second,
 		BcryptCost:                  int(f.bcryptCost),
 		ReadAheadBytes:              splitMemory(int64(f.memoryBudget)).readAhead,
+		WatchRingBytes:              splitMemory(int64(f.memoryBudget)).watchRing,
 		AutoCompactionMode:          f.autoCompactionMode,
 		AutoCompactionRetention:     f.autoCompactionRetention,
 		EnablePprof:                 f.enablePprof,

@@ -40,6 +40,9 @@ type memoryShares struct {
 	writerCacheKiB int
 	// readAhead bounds the list pages read before they are asked for.
 	readAhead int64
+	// watchRing bounds the events of recent revisions the watch hub keeps
+	// for watchers a little behind; it lives in the Go heap's share.
+	watchRing int64
 	// goHeap is the Go runtime's soft memory limit: the rest of the
 	// budget after the mappings and SQLite's caches.
 	goHeap int64
@@ -51,6 +54,7 @@ const (
 	readAheadShareDiv = 16  //
 	writerCacheDiv    = 64  //
 	readerCacheDiv    = 256 // each read connection
+	watchRingDiv      = 64  // part of the Go heap's share
 	sqliteReadConns   = 4   // the SQLite driver's default read pool
 )
 
@@ -60,6 +64,7 @@ func splitMemory(budget int64) memoryShares {
 		readerCacheKiB: int(budget / readerCacheDiv >> 10),
 		writerCacheKiB: int(budget / writerCacheDiv >> 10),
 		readAhead:      budget / readAheadShareDiv,
+		watchRing:      budget / watchRingDiv,
 	}
 	m.goHeap = budget - budget/mmapShareDiv - sqliteReadConns*budget/readerCacheDiv - budget/writerCacheDiv
 	return m

@@ -46,6 +46,10 @@ type Config struct {
 	// ReadAheadBytes bounds the pages of paginated lists read ahead and
 	// not yet asked for (readahead.go; 64 MiB).
 	ReadAheadBytes int64
+	// WatchRingBytes bounds the events of recent revisions kept in memory
+	// for watchers that fall a little behind or start a few revisions
+	// back (watch_ring.go; 16 MiB). Older history is read from the log.
+	WatchRingBytes int64
 	Logger         *slog.Logger
 }
 
@@ -61,6 +65,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ReadAheadBytes <= 0 {
 		c.ReadAheadBytes = 64 << 20
+	}
+	if c.WatchRingBytes <= 0 {
+		c.WatchRingBytes = defaultRingBytes
 	}
 	if c.CompactBatchRevisions == 0 {
 		c.CompactBatchRevisions = 1000
@@ -180,6 +187,7 @@ func Open(ctx context.Context, b Backend, cfg Config) (*Store, error) {
 		compacted:        func() int64 { return s.compacted.Load() },
 		startRev:         current,
 		progressInterval: cfg.ProgressNotifyInterval,
+		ringBytes:        int(cfg.WatchRingBytes),
 		logger:           s.log,
 	})
 	s.wg.Add(3)

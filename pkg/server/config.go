@@ -131,6 +131,9 @@ type Config struct {
 	// ReadAheadBytes bounds the list pages read ahead of their request
 	// (mvcc.Config; kite's share of --memory-budget).
 	ReadAheadBytes int64
+	// WatchRingBytes bounds the recent watch events kept in memory
+	// (mvcc.Config; kite's share of --memory-budget).
+	WatchRingBytes int64
 
 	// Logger receives every log line. Default: slog.Default().
 	Logger *slog.Logger

@@ -150,6 +150,7 @@ func (s *Server) openStore(ctx context.Context) (err error) {
 		AuthTokenTTL:           s.cfg.AuthTokenTTL,
 		BcryptCost:             s.cfg.BcryptCost,
 		ReadAheadBytes:         s.cfg.ReadAheadBytes,
+		WatchRingBytes:         s.cfg.WatchRingBytes,
 		Logger:                 s.log.With("component", "mvcc"),
 	})
 	if err != nil {
