@@ -58,6 +58,9 @@ func newGRPCServer(log *slog.Logger, cfg Config, metrics *grpcprom.ServerMetrics
 		// the CPU of a get. Streams beyond the workers get a goroutine of
 		// their own, as without the option.
 		grpc.NumStreamWorkers(streamWorkers),
+		// Watch responses arrive encoded, sharing their events' KeyValues
+		// between watchers (watch_encode.go); everything else is proto.
+		grpc.ForceServerCodecV2(newPassThroughCodec()),
 	}
 	opts = append(opts, keepaliveOptions(cfg)...)
 	gs := grpc.NewServer(opts...)

@@ -211,7 +211,8 @@ func (s *Server) buildServers() {
 	s.grpc = newGRPCServer(s.log, cfg, metrics, newGRPCBytes(reg), services{
 		kv: &kvServer{store: s.store, hdr: hdr, maxTxnOps: cfg.MaxTxnOps, maxRequestBytes: cfg.MaxRequestBytes, metrics: kvm, authz: authz},
 		watch: &watchServer{store: s.store, hdr: hdr, log: s.log.With("component", "watch"), authz: authz,
-			stopping: s.stopping, fragmentBytes: cfg.MaxRequestBytes + grpcOverheadBytes, metrics: newWatchMetrics(reg)},
+			stopping: s.stopping, fragmentBytes: cfg.MaxRequestBytes + grpcOverheadBytes, metrics: newWatchMetrics(reg),
+			kvEnc: newKVEncodings()},
 		lease: &leaseServer{store: s.store, hdr: hdr, log: s.log.With("component", "lease"), authz: authz,
 			stopping: s.stopping, maxRequestBytes: cfg.MaxRequestBytes},
 		maintenance: &maintenanceServer{store: s.store, hdr: hdr, log: s.log.With("component", "maintenance"),

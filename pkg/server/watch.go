@@ -36,6 +36,9 @@ type watchServer struct {
 	fragmentBytes int
 	metrics       *watchMetrics
 	authz         *authorizer
+	// kvEnc shares the encoding of a KeyValue between the responses of
+	// every watcher it goes to (watch_encode.go).
+	kvEnc *kvEncodings
 }
 
 var _ pb.WatchServer = (*watchServer)(nil)
@@ -136,10 +139,17 @@ func (s *watchServer) send(stream pb.Watch_WatchServer, d mvcc.Delivery) error {
 	// it is kept as it is.
 	out := copyWatchResponse(resp)
 	out.Header = s.hdr.fillWithoutRevision(&pb.ResponseHeader{Revision: resp.GetHeader().GetRevision()})
-	if d.Fragment {
-		return sendFragments(out, s.fragmentBytes, stream.Send)
+	send := func(wr *pb.WatchResponse) error {
+		data, err := encodeWatchResponse(wr, s.kvEnc)
+		if err != nil {
+			return err
+		}
+		return stream.SendMsg(&preEncoded{data: data})
 	}
-	return stream.Send(out)
+	if d.Fragment {
+		return sendFragments(out, s.fragmentBytes, send)
+	}
+	return send(out)
 }
 
 // copyWatchResponse copies every field of a WatchResponse except the
