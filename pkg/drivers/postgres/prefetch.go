@@ -40,9 +40,10 @@ func (w *writeTx) queuePrefetch(batch *pgx.Batch, keys [][]byte) {
 		want = append(want, nonNil(k))
 	}
 	batch.Queue(sqlPrefetch, want).Query(func(rows pgx.Rows) error {
+		dec := newKVDecoder(false, int64(len(want)))
 		for rows.Next() {
 			kv := &mvccpb.KeyValue{}
-			if err := rows.Scan(&kv.Key, &kv.CreateRevision, &kv.ModRevision, &kv.Version, &kv.Lease, &kv.Value); err != nil {
+			if err := dec.decode(rows, kv); err != nil {
 				return fmt.Errorf("prefetch: %w", err)
 			}
 			w.known[string(kv.Key)] = kv

@@ -62,12 +62,10 @@ func (r *reader) Range(ctx context.Context, key, end []byte, rev, limit int64, k
 	if limit > 0 {
 		kvs = make([]*mvccpb.KeyValue, 0, min(limit, 1024))
 	}
-	// The rows of a page are allocated together, a chunk at a time.
+	// The rows of a page are allocated together, a chunk at a time, and
+	// their keys and values in slabs (kvDecoder).
 	var chunk []mvccpb.KeyValue
-	dest := make([]any, 6)
-	if keysOnly {
-		dest = dest[:5]
-	}
+	dec := newKVDecoder(keysOnly, limit)
 	for rows.Next() {
 		if len(chunk) == 0 {
 			n := 64
@@ -78,11 +76,7 @@ func (r *reader) Range(ctx context.Context, key, end []byte, rev, limit int64, k
 		}
 		kv := &chunk[0]
 		chunk = chunk[1:]
-		dest[0], dest[1], dest[2], dest[3], dest[4] = &kv.Key, &kv.CreateRevision, &kv.ModRevision, &kv.Version, &kv.Lease
-		if !keysOnly {
-			dest[5] = &kv.Value
-		}
-		if err := rows.Scan(dest...); err != nil {
+		if err := dec.decode(rows, kv); err != nil {
 			return nil, r.fail("range: scan", err)
 		}
 		kvs = append(kvs, kv)
