@@ -13,6 +13,9 @@ import (
 // is checked before anything is written, then the operations run in order,
 // each seeing the writes before it. All changes share one revision.
 func (a *applier) applyTxn(t *pb.TxnRequest) (*pb.TxnResponse, error) {
+	// Until executeTxn writes, a key's live row is read once (liveRow).
+	a.before = map[string]*mvccpb.KeyValue{}
+	defer func() { a.before = nil }()
 	path, err := a.txnPath(t)
 	if err != nil {
 		return nil, err
@@ -21,6 +24,7 @@ func (a *applier) applyTxn(t *pb.TxnRequest) (*pb.TxnResponse, error) {
 	if _, err := a.checkTxn(t, path, prevs); err != nil {
 		return nil, err
 	}
+	a.before = nil
 	resp, _, err := a.newTxnResp(t, path)
 	if err != nil {
 		return nil, err
@@ -72,10 +76,22 @@ func (a *applier) compares(cs []*pb.Compare) (bool, error) {
 // compare follows etcd: over a range every existing key must satisfy it; a
 // VALUE compare on no key fails; other targets on no key compare zero values.
 func (a *applier) compare(c *pb.Compare) (bool, error) {
-	keysOnly := c.Target != pb.Compare_VALUE
-	kvs, err := a.tx.Range(a.ctx, c.Key, rangeEnd(c.RangeEnd), a.current, 0, keysOnly)
-	if err != nil {
-		return false, fmt.Errorf("range for compare: %w", err)
+	var kvs []*mvccpb.KeyValue
+	if len(c.RangeEnd) == 0 {
+		// One key: its live row, shared with a put of the same key.
+		kv, err := a.liveRow(c.Key)
+		if err != nil {
+			return false, fmt.Errorf("get for compare: %w", err)
+		}
+		if kv != nil {
+			kvs = []*mvccpb.KeyValue{kv}
+		}
+	} else {
+		var err error
+		keysOnly := c.Target != pb.Compare_VALUE
+		if kvs, err = a.tx.Range(a.ctx, c.Key, rangeEnd(c.RangeEnd), a.current, 0, keysOnly); err != nil {
+			return false, fmt.Errorf("range for compare: %w", err)
+		}
 	}
 	if len(kvs) == 0 {
 		if c.Target == pb.Compare_VALUE {
