@@ -17,7 +17,7 @@ import (
 // reads the applier makes through them.
 type readCounter struct {
 	mvcc.Backend
-	mu            sync.Mutex
+	mu           sync.Mutex
 	gets, ranges int
 }
 
