@@ -28,7 +28,8 @@ type Config struct {
 	// MaxBatch bounds how many queued write requests share one commit.
 	MaxBatch int
 	// CompactBatchRevisions bounds the revisions one physical compaction
-	// step walks before it lets writers in again.
+	// step walks before it lets writers in again (1000); within it the
+	// step follows how long steps take (compactor.go).
 	CompactBatchRevisions int64
 	// MinLeaseTTL is the smallest TTL a lease gets (etcd: 2 s with default
 	// election timing).
