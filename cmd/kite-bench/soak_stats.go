@@ -12,11 +12,15 @@ type soakStats struct {
 	name string
 	log  *slog.Logger
 
-	mu       sync.Mutex
-	writes   histogram // since the last sample
-	lists    histogram // since the last sample
-	windows  []compactWindow
-	taken    int // windows already reported by a sample
+	mu      sync.Mutex
+	writes  histogram // since the last sample
+	lists   histogram // since the last sample
+	windows []compactWindow
+	taken   int // windows already reported by a sample
+	// outside is the longest write that overlapped no compaction window:
+	// the run's baseline, so that a compaction's pause can be told from
+	// what an ordinary slow fsync costs on the same machine.
+	outside  time.Duration
 	errors   int64
 	firstErr string
 	revision int64 // the highest revision a write was acknowledged at
@@ -60,8 +64,10 @@ func (s *soakStats) write(t0, t1 time.Time, rev int64) {
 		w := &s.windows[n-1]
 		if !t1.Before(w.start) && (w.end.IsZero() || !t0.After(w.end)) {
 			w.pause = max(w.pause, d)
+			return
 		}
 	}
+	s.outside = max(s.outside, d)
 }
 
 // list records one full paginated list.
@@ -124,13 +130,13 @@ func (s *soakStats) take(now time.Time) intervalStats {
 }
 
 // totals are the run's compactions and longest pause (a write that
-// overlapped a window after its sample was taken still counts here), its
-// errors and the first of them.
-func (s *soakStats) totals() (compactions int, pause time.Duration, errors int64, firstErr string) {
+// overlapped a window after its sample was taken still counts here), the
+// longest write outside every window, its errors and the first of them.
+func (s *soakStats) totals() (compactions int, pause, outside time.Duration, errors int64, firstErr string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, w := range s.windows {
 		pause = max(pause, w.pause)
 	}
-	return len(s.windows), pause, s.errors, s.firstErr
+	return len(s.windows), pause, s.outside, s.errors, s.firstErr
 }

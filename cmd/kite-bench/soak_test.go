@@ -235,3 +235,22 @@ func TestSoakFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestSoakPauseWindows: a write that overlaps a compaction window counts as
+// that compaction's pause, one before or after it as the baseline outside
+// every window, and the two never mix.
+func TestSoakPauseWindows(t *testing.T) {
+	s := newSoakStats("kite", slog.New(slog.DiscardHandler))
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	s.write(at(0), at(30), 1) // before any window
+	s.openWindow(at(100))
+	s.write(at(90), at(170), 2) // began before the window, ended in it
+	s.closeWindow(at(500), 50*time.Millisecond)
+	s.write(at(490), at(510), 3) // ended after the window, began in it
+	s.write(at(600), at(640), 4) // after the window
+	compactions, pause, outside, _, _ := s.totals()
+	if compactions != 1 || pause != 80*time.Millisecond || outside != 40*time.Millisecond {
+		t.Errorf("compactions %d, pause %v, outside %v; want 1, 80ms, 40ms", compactions, pause, outside)
+	}
+}
