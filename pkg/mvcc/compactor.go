@@ -23,7 +23,7 @@ import (
 type compactor struct {
 	s       *Store
 	maxStep int64
-	step    int64 // the next step's revisions; only loop touches it
+	step    int64 // the next step's revisions; set by loop between steps, read by the step it sizes
 
 	mu     sync.Mutex // guards the fields below
 	target int64      // newest compacted revision to reach
