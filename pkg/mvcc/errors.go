@@ -34,4 +34,10 @@ var (
 	ErrUnavailable = errors.New("mvcc: storage unavailable")
 	// ErrClosed: the store is closed.
 	ErrClosed = errors.New("mvcc: store closed")
+	// ErrTooManyChanges: one request would change more keys in one
+	// revision than the driver's schema can number (a DeleteRange or a
+	// lease revoke of very many keys). Drivers wrap it; every replica hits
+	// the limit alike, so a replicated log may answer the request with it
+	// instead of stopping (the only storage error that is an answer).
+	ErrTooManyChanges = errors.New("mvcc: too many changes in one revision")
 )

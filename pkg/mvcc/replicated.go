@@ -56,6 +56,20 @@ type Applier interface {
 	// another node's: revisions, leases and alarms are read back, and
 	// watchers are sent the revisions between as ordinary events.
 	Restore(ctx context.Context) error
+
+	// LeaseRenew and LeaseTimeToLive answer, on the leader, the requests
+	// followers forward to it (Replicator.LeaseRenewAtLeader and
+	// LeaseTimeToLiveAtLeader): the leader's clocks decide expiry.
+	LeaseRenew(ctx context.Context, id int64) (ttl int64, err error)
+	LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error)
+
+	// HashKV hashes the key space at rev, for the corruption check that
+	// compares members.
+	HashKV(ctx context.Context, rev int64) (*pb.HashKVResponse, error)
+
+	// Alarm raises or lists alarms through the log (the CORRUPT alarm of
+	// a member whose hash differs).
+	Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error)
 }
 
 // Entry is one committed write request with its position in the log.
