@@ -122,7 +122,7 @@ func (s *Store) applyEntries(p *pending) {
 	last := p.entries[len(p.entries)-1].Index
 	revs, err := s.applyAndCommitAt(batch, last)
 	var applyErr *applyError
-	if err != nil && len(batch) > 1 && errors.As(err, &applyErr) {
+	if err != nil && len(batch) > 1 && errors.As(err, &applyErr) && errors.Is(err, ErrTooManyChanges) {
 		// One request exceeds what a transaction can hold: apply each
 		// entry in a transaction of its own, as every node does alike.
 		p.outcomes = make([]Outcome, 0, len(p.entries))
@@ -137,9 +137,12 @@ func (s *Store) applyEntries(p *pending) {
 		}
 		return
 	}
-	if err != nil && len(batch) == 1 && errors.As(err, &applyErr) {
+	if err != nil && len(batch) == 1 && errors.As(err, &applyErr) && errors.Is(err, ErrTooManyChanges) {
 		// Every node fails this request alike: an answer, not a fault.
 		// The entry is recorded applied so a replay does not retry it.
+		// Any other storage error (a full disk, an I/O error, a failed
+		// read inside a compare) is this node's own: it is returned, and
+		// the node stops rather than differ from the others.
 		if serr := s.recordApplied(last); serr != nil {
 			p.err = serr
 			return
