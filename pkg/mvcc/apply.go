@@ -17,8 +17,11 @@ import (
 // raft replica applying the same requests in the same order writes the same
 // rows.
 type applier struct {
-	ctx       context.Context
-	tx        WriteTx
+	ctx context.Context
+	// tx reads; w writes, and is the same transaction. A read-only txn
+	// (IsReadOnlyTxn) is evaluated with w nil: it reaches no write.
+	tx        ReadTx
+	w         WriteTx
 	current   int64 // revision before this request
 	compacted int64
 	changes   []Change
@@ -169,7 +172,7 @@ func (a *applier) put(p *pb.PutRequest, prev *mvccpb.KeyValue) (*pb.PutResponse,
 		}
 	}
 	sub := int64(len(a.changes))
-	if err := a.tx.Put(a.ctx, kv, sub); err != nil {
+	if err := a.w.Put(a.ctx, kv, sub); err != nil {
 		return nil, fmt.Errorf("put %q: %w", p.Key, err)
 	}
 	a.changes = append(a.changes, Change{Sub: sub, KV: kv, PrevKV: prev})
@@ -206,7 +209,7 @@ func (a *applier) deleteKVs(kvs []*mvccpb.KeyValue) error {
 	a.deleted = true
 	for _, kv := range kvs {
 		sub := int64(len(a.changes))
-		if err := a.tx.Delete(a.ctx, kv.Key, rev, sub); err != nil {
+		if err := a.w.Delete(a.ctx, kv.Key, rev, sub); err != nil {
 			return fmt.Errorf("delete %q: %w", kv.Key, err)
 		}
 		a.changes = append(a.changes, Change{
@@ -225,7 +228,7 @@ func (a *applier) applyCompaction(c *pb.CompactionRequest) (*pb.CompactionRespon
 	case c.Revision > a.current:
 		return nil, 0, ErrFutureRev
 	}
-	if err := a.tx.SetRevisions(a.ctx, a.current, c.Revision); err != nil {
+	if err := a.w.SetRevisions(a.ctx, a.current, c.Revision); err != nil {
 		return nil, 0, fmt.Errorf("set compacted revision: %w", err)
 	}
 	a.compacted = c.Revision
@@ -240,7 +243,7 @@ func (a *applier) applyLeaseGrant(g *pb.LeaseGrantRequest) (*pb.LeaseGrantRespon
 		return nil, nil, ErrLeaseExists
 	}
 	l := Lease{ID: g.ID, TTL: g.TTL}
-	if err := a.tx.PutLease(a.ctx, l); err != nil {
+	if err := a.w.PutLease(a.ctx, l); err != nil {
 		return nil, nil, fmt.Errorf("grant lease %d: %w", g.ID, err)
 	}
 	resp := &pb.LeaseGrantResponse{Header: &pb.ResponseHeader{Revision: a.current}, ID: l.ID, TTL: l.TTL}
@@ -273,7 +276,7 @@ func (a *applier) applyLeaseRevoke(r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeRes
 	if err := a.deleteKVs(kvs); err != nil {
 		return nil, err
 	}
-	if err := a.tx.DeleteLease(a.ctx, r.ID); err != nil {
+	if err := a.w.DeleteLease(a.ctx, r.ID); err != nil {
 		return nil, fmt.Errorf("revoke lease %d: %w", r.ID, err)
 	}
 	return &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: a.readRev()}}, nil
@@ -293,9 +296,9 @@ func (a *applier) applyAlarm(r *pb.AlarmRequest) (*pb.AlarmResponse, []*pb.Alarm
 	})
 	switch {
 	case r.Action == pb.AlarmRequest_ACTIVATE && r.Alarm != pb.AlarmType_NONE && !active:
-		err = a.tx.PutAlarm(a.ctx, m)
+		err = a.w.PutAlarm(a.ctx, m)
 	case r.Action == pb.AlarmRequest_DEACTIVATE && active:
-		err = a.tx.DeleteAlarm(a.ctx, m)
+		err = a.w.DeleteAlarm(a.ctx, m)
 	default:
 		return resp, nil, nil
 	}

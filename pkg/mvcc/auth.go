@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"log/slog"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -32,23 +33,33 @@ const (
 // tokens on the member that authenticated the client, which has.
 var closedIndex = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-func (s *Store) openAuth(ctx context.Context) error {
-	model, err := s.readAuthModel(ctx)
-	if err != nil {
-		return err
-	}
-	lg := zap.NewNop()
-	tp, err := auth.NewTokenProvider(lg, s.cfg.AuthToken, func(uint64) <-chan struct{} { return closedIndex }, s.cfg.AuthTokenTTL)
-	if err != nil {
-		return fmt.Errorf("--auth-token %q: %w", s.cfg.AuthToken, err)
-	}
-	s.authModel = model
-	s.auth = auth.NewAuthStore(lg, model, tp, s.cfg.BcryptCost)
-	return nil
+// authority holds the live authentication state: etcd's auth store over
+// the committed model. Changes are staged like lease changes: a batch
+// applies them to a copy (stagedAuth), and the live store follows only once
+// the batch's transaction committed, so no permission check ever sees a
+// user, a role or an AuthDisable that is then rolled back.
+type authority struct {
+	live  auth.AuthStore
+	model *authModel // the committed state live reads
+	cost  int
+	log   *slog.Logger
 }
 
-func (s *Store) readAuthModel(ctx context.Context) (*authModel, error) {
-	tx, err := s.b.BeginRead(ctx)
+func openAuth(ctx context.Context, b Backend, cfg Config, log *slog.Logger) (*authority, error) {
+	model, err := readAuthModel(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	lg := zap.NewNop()
+	tp, err := auth.NewTokenProvider(lg, cfg.AuthToken, func(uint64) <-chan struct{} { return closedIndex }, cfg.AuthTokenTTL)
+	if err != nil {
+		return nil, fmt.Errorf("--auth-token %q: %w", cfg.AuthToken, err)
+	}
+	return &authority{live: auth.NewAuthStore(lg, model, tp, cfg.BcryptCost), model: model, cost: cfg.BcryptCost, log: log}, nil
+}
+
+func readAuthModel(ctx context.Context, b Backend) (*authModel, error) {
+	tx, err := b.BeginRead(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read auth state: %w", err)
 	}
@@ -60,22 +71,98 @@ func (s *Store) readAuthModel(ctx context.Context) (*authModel, error) {
 	return decodeAuthModel(data)
 }
 
-// reloadAuth makes the auth store follow the stored state again: after
-// another server changed it (postgres), a database received from the
-// leader (raftsql), or a write transaction that changed it rolled back.
-func (s *Store) reloadAuth(ctx context.Context) error {
-	model, err := s.readAuthModel(ctx)
+// reload makes the live store follow the stored state again: after
+// another server changed it (postgres) or a database was received from
+// the leader (raftsql).
+func (a *authority) reload(ctx context.Context, b Backend) error {
+	model, err := readAuthModel(ctx, b)
 	if err != nil {
 		return err
 	}
-	s.authModel = model
-	s.auth.Recover(model)
+	a.model = model
+	a.live.Recover(model)
 	return nil
+}
+
+// stage begins a batch's auth changes.
+func (a *authority) stage() *stagedAuth { return &stagedAuth{base: a} }
+
+// commit makes a committed batch's auth changes live. They are applied
+// again, in order, to the live store: applying is deterministic, so it
+// reaches the state the batch stored, and etcd's store does what it does
+// on each change (an AuthDisable drops every token).
+func (a *authority) commit(st *stagedAuth) {
+	for _, r := range st.applied {
+		if _, err := applyAuthTo(a.live, r); err != nil {
+			a.log.Error("auth change committed but not applied to the live auth store", "err", err)
+		}
+	}
+	if len(st.applied) > 0 {
+		a.model.takeDirty() // stored by the batch already
+	}
+}
+
+// close stops the live store's token keeper.
+func (a *authority) close() error { return a.live.Close() }
+
+// stagedAuth is a batch's auth changes, applied to a copy of the committed
+// state made at the batch's first auth change.
+type stagedAuth struct {
+	base    *authority
+	as      auth.AuthStore // nil until the batch changes auth
+	model   *authModel
+	applied []*pb.InternalRaftRequest
+}
+
+// apply applies one auth change to the batch's copy.
+func (st *stagedAuth) apply(r *pb.InternalRaftRequest) (proto.Message, error) {
+	if st.as == nil {
+		data, err := st.base.model.encode()
+		if err != nil {
+			return nil, err
+		}
+		if st.model, err = decodeAuthModel(data); err != nil {
+			return nil, err
+		}
+		// A token provider that issues nothing: tokens belong to the
+		// live store alone.
+		tp, err := auth.NewTokenProvider(zap.NewNop(), "", nil, 0)
+		if err != nil {
+			return nil, fmt.Errorf("stage auth change: %w", err)
+		}
+		st.as = auth.NewAuthStore(zap.NewNop(), st.model, tp, st.base.cost)
+	}
+	resp, err := applyAuthTo(st.as, r)
+	if err == nil {
+		st.applied = append(st.applied, r)
+	}
+	return resp, err
+}
+
+// store writes the batch's auth state into tx if the batch changed it.
+func (st *stagedAuth) store(ctx context.Context, tx WriteTx) error {
+	if st.model == nil || !st.model.takeDirty() {
+		return nil
+	}
+	state, err := st.model.encode()
+	if err != nil {
+		return err
+	}
+	if err := tx.PutAuthState(ctx, state); err != nil {
+		return fmt.Errorf("store auth state: %w", err)
+	}
+	return nil
+}
+
+func (st *stagedAuth) close() {
+	if st.as != nil {
+		_ = st.as.Close()
+	}
 }
 
 // Auth returns etcd's auth store: permission checks, user and role reads,
 // token issue and validation. Changes go through AuthChange.
-func (s *Store) Auth() auth.AuthStore { return s.auth }
+func (s *Store) Auth() auth.AuthStore { return s.auth.live }
 
 // AuthChange applies a change of the authentication state (enable,
 // disable, users, roles) through the write path, and returns etcd's
@@ -87,7 +174,7 @@ func (s *Store) AuthChange(ctx context.Context, r *pb.InternalRaftRequest) (prot
 		return nil, fmt.Errorf("mvcc: not an auth change")
 	}
 	hash := func(password string) (string, error) {
-		h, err := bcrypt.GenerateFromPassword([]byte(password), s.auth.BcryptCost())
+		h, err := bcrypt.GenerateFromPassword([]byte(password), s.auth.live.BcryptCost())
 		if err != nil {
 			return "", fmt.Errorf("hash password: %w", err)
 		}
@@ -125,52 +212,36 @@ func isAuthChange(r *pb.InternalRaftRequest) bool {
 		r.AuthRoleRevokePermission != nil
 }
 
-// applyAuth applies one auth change to the model (on the writer's
-// goroutine, in log order). The caller stores the model in the batch's
-// transaction.
-func (s *Store) applyAuth(r *pb.InternalRaftRequest) (proto.Message, error) {
+// applyAuthTo applies one auth change to as (on the writer's goroutine, in
+// log order).
+func applyAuthTo(as auth.AuthStore, r *pb.InternalRaftRequest) (proto.Message, error) {
 	switch {
 	case r.AuthEnable != nil:
-		if err := s.auth.AuthEnable(); err != nil {
+		if err := as.AuthEnable(); err != nil {
 			return nil, err
 		}
 		return &pb.AuthEnableResponse{}, nil
 	case r.AuthDisable != nil:
-		s.auth.AuthDisable()
+		as.AuthDisable()
 		return &pb.AuthDisableResponse{}, nil
 	case r.AuthUserAdd != nil:
-		return s.auth.UserAdd(r.AuthUserAdd)
+		return as.UserAdd(r.AuthUserAdd)
 	case r.AuthUserDelete != nil:
-		return s.auth.UserDelete(r.AuthUserDelete)
+		return as.UserDelete(r.AuthUserDelete)
 	case r.AuthUserChangePassword != nil:
-		return s.auth.UserChangePassword(r.AuthUserChangePassword)
+		return as.UserChangePassword(r.AuthUserChangePassword)
 	case r.AuthUserGrantRole != nil:
-		return s.auth.UserGrantRole(r.AuthUserGrantRole)
+		return as.UserGrantRole(r.AuthUserGrantRole)
 	case r.AuthUserRevokeRole != nil:
-		return s.auth.UserRevokeRole(r.AuthUserRevokeRole)
+		return as.UserRevokeRole(r.AuthUserRevokeRole)
 	case r.AuthRoleAdd != nil:
-		return s.auth.RoleAdd(r.AuthRoleAdd)
+		return as.RoleAdd(r.AuthRoleAdd)
 	case r.AuthRoleDelete != nil:
-		return s.auth.RoleDelete(r.AuthRoleDelete)
+		return as.RoleDelete(r.AuthRoleDelete)
 	case r.AuthRoleGrantPermission != nil:
-		return s.auth.RoleGrantPermission(r.AuthRoleGrantPermission)
+		return as.RoleGrantPermission(r.AuthRoleGrantPermission)
 	case r.AuthRoleRevokePermission != nil:
-		return s.auth.RoleRevokePermission(r.AuthRoleRevokePermission)
+		return as.RoleRevokePermission(r.AuthRoleRevokePermission)
 	}
 	return nil, fmt.Errorf("mvcc: not an auth change")
-}
-
-// storeAuth writes the model into tx if the batch changed it.
-func (s *Store) storeAuth(ctx context.Context, tx WriteTx) error {
-	if !s.authModel.takeDirty() {
-		return nil
-	}
-	state, err := s.authModel.encode()
-	if err != nil {
-		return err
-	}
-	if err := tx.PutAuthState(ctx, state); err != nil {
-		return fmt.Errorf("store auth state: %w", err)
-	}
-	return nil
 }

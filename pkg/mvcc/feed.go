@@ -76,7 +76,7 @@ func (s *Store) catchUp(ctx context.Context, upTo int64, what Changed) error {
 		s.quota.setAlarms(alarms)
 	}
 	if what&ChangedAuth != 0 {
-		if err := s.reloadAuth(ctx); err != nil {
+		if err := s.auth.reload(ctx, s.b); err != nil {
 			return err
 		}
 	}
@@ -103,8 +103,7 @@ func (s *Store) publishFrom(ctx context.Context, tx ReadTx, upTo, compacted int6
 			for n < len(rows) && rows[n].KV.ModRevision == rev {
 				n++
 			}
-			s.current.Store(rev)
-			s.hub.publish(rev, rows[:n:n])
+			s.publish(rev, rows[:n:n])
 			rows = rows[n:]
 		}
 		return nil
@@ -116,16 +115,4 @@ func (s *Store) publishFrom(ctx context.Context, tx ReadTx, upTo, compacted int6
 	// left without rows; upTo is this Store's current revision now.
 	s.current.Store(max(s.current.Load(), upTo))
 	return nil
-}
-
-// sync makes this Store's feed catch up with every commit of the storage
-// so far: a lease granted through another server a moment ago is known
-// after it. It is a no-op on a storage that is not shared.
-func (s *Store) sync(ctx context.Context) error {
-	if s.shared == nil {
-		return nil
-	}
-	p := &pending{ctx: ctx, catchUp: true, done: make(chan struct{})}
-	_, err := s.enqueue(ctx, p)
-	return err
 }

@@ -157,7 +157,7 @@ func (s *Store) expiryLoop(ctx context.Context, interval time.Duration) {
 			continue
 		}
 		for _, id := range s.lessor.expired() {
-			_, err := s.write(ctx, &pb.InternalRaftRequest{LeaseRevoke: &pb.LeaseRevokeRequest{ID: id}})
+			_, err := s.seq.write(ctx, &pb.InternalRaftRequest{LeaseRevoke: &pb.LeaseRevokeRequest{ID: id}})
 			switch {
 			case err == nil, isRequestError(err):
 			case ctx.Err() != nil:
@@ -177,6 +177,10 @@ type batchLeases struct {
 	base    *lessor
 	granted map[int64]Lease
 	revoked map[int64]bool
+}
+
+func newBatchLeases(base *lessor) *batchLeases {
+	return &batchLeases{base: base, granted: map[int64]Lease{}, revoked: map[int64]bool{}}
 }
 
 func (b *batchLeases) record(res *applyResult) {

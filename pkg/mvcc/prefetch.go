@@ -4,7 +4,7 @@ import pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 // batchKeys returns, once each, the single keys the write requests of batch
 // will read: what a Prefetcher loads before the batch is applied.
-func batchKeys(batch []*pending) [][]byte {
+func batchKeys(batch []*request) [][]byte {
 	seen := map[string]bool{}
 	var keys [][]byte
 	add := func(key, end []byte) {

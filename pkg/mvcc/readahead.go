@@ -27,7 +27,8 @@ import (
 // falls through to the normal read, which reports ErrCompacted. Pages nobody
 // asked for expire, and the memory held is bounded.
 type readAhead struct {
-	s *Store
+	c        *readCache
+	maxBytes int64 // of the pages held
 
 	mu    sync.Mutex
 	pages map[string]*aheadPage
@@ -65,8 +66,8 @@ const (
 	readAheadTTL        = 10 * time.Second
 )
 
-func newReadAhead(s *Store) *readAhead {
-	return &readAhead{s: s, pages: map[string]*aheadPage{}}
+func newReadAhead(c *readCache, maxBytes int64) *readAhead {
+	return &readAhead{c: c, maxBytes: maxBytes, pages: map[string]*aheadPage{}}
 }
 
 // followable reports whether r is a request whose next page can be read
@@ -124,7 +125,7 @@ func (ra *readAhead) take(ctx context.Context, r *pb.RangeRequest) *pb.RangeResp
 	return p.resp
 }
 
-// close stops new reads; the Store's wait group waits for those running.
+// close stops new reads; readCache.close waits for those running.
 func (ra *readAhead) close() {
 	ra.mu.Lock()
 	defer ra.mu.Unlock()
@@ -181,7 +182,7 @@ func (ra *readAhead) advanceLocked(c *chain) {
 		}
 	}
 	if _, dup := ra.pages[k]; dup || ra.running >= readAheadMaxRunning ||
-		len(ra.pages) >= readAheadMaxPages || ra.bytes+size > ra.s.cfg.ReadAheadBytes {
+		len(ra.pages) >= readAheadMaxPages || ra.bytes+size > ra.maxBytes {
 		return
 	}
 	// The next page is about as large as this one.
@@ -191,11 +192,11 @@ func (ra *readAhead) advanceLocked(c *chain) {
 	ra.running++
 	c.lead++
 	c.running = true
-	ra.s.wg.Add(1)
+	ra.c.wg.Add(1)
 
 	go func() {
-		defer ra.s.wg.Done()
-		resp, _, err := ra.s.readPage(ra.s.ctx, n)
+		defer ra.c.wg.Done()
+		resp, _, err := ra.c.readPage(ra.c.ctx, n)
 		ra.mu.Lock()
 		defer ra.mu.Unlock()
 		ra.running--

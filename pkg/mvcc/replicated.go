@@ -103,96 +103,38 @@ func (s *Store) Apply(ctx context.Context, entries []Entry) ([]Outcome, error) {
 	if len(entries) == 0 {
 		return nil, nil
 	}
-	p := &pending{ctx: ctx, entries: entries, done: make(chan struct{})}
-	if _, err := s.enqueue(ctx, p); err != nil {
+	j := &entriesJob{waiter: newWaiter(), ctx: ctx, entries: entries}
+	if err := s.enqueue(ctx, j, &j.waiter); err != nil {
 		return nil, err
 	}
-	return p.outcomes, nil
+	return j.outcomes, nil
 }
 
-// applyEntries applies p.entries, on the writer's goroutine. Unlike a
-// batch of local writes, a failure is not an answer to the clients: it is
-// returned to the replicator, which stops the node.
-func (s *Store) applyEntries(p *pending) {
-	defer close(p.done)
-	batch := make([]*pending, len(p.entries))
-	for i, e := range p.entries {
-		batch[i] = &pending{ctx: p.ctx, req: e.Req}
+// applyEntries applies committed entries through the commit tail, on the
+// writer's goroutine. Unlike a batch of local writes, a failure is not an
+// answer to the clients: it is returned to the replicator, which stops the
+// node.
+func (s *Store) applyEntries(entries []Entry) ([]Outcome, error) {
+	reqs := make([]*request, len(entries))
+	for i, e := range entries {
+		reqs[i] = &request{ctx: s.ctx, req: e.Req, index: e.Index}
 	}
-	last := p.entries[len(p.entries)-1].Index
-	revs, err := s.applyAndCommitAt(batch, last)
-	var applyErr *applyError
-	if err != nil && len(batch) > 1 && errors.As(err, &applyErr) && errors.Is(err, ErrTooManyChanges) {
-		// One request exceeds what a transaction can hold: apply each
-		// entry in a transaction of its own, as every node does alike.
-		p.outcomes = make([]Outcome, 0, len(p.entries))
-		for _, e := range p.entries {
-			one := &pending{ctx: p.ctx, entries: []Entry{e}, done: make(chan struct{})}
-			s.applyEntries(one)
-			if one.err != nil {
-				p.err = one.err
-				return
-			}
-			p.outcomes = append(p.outcomes, one.outcomes...)
-		}
-		return
+	if err := s.commit(reqs); err != nil {
+		return nil, err
 	}
-	if err != nil && len(batch) == 1 && errors.As(err, &applyErr) && errors.Is(err, ErrTooManyChanges) {
-		// Every node fails this request alike: an answer, not a fault.
-		// The entry is recorded applied so a replay does not retry it.
-		// Any other storage error (a full disk, an I/O error, a failed
-		// read inside a compare) is this node's own: it is returned, and
-		// the node stops rather than differ from the others.
-		if serr := s.recordApplied(last); serr != nil {
-			p.err = serr
-			return
-		}
-		p.outcomes = []Outcome{{Err: err}}
-		return
+	outcomes := make([]Outcome, len(reqs))
+	for i, r := range reqs {
+		outcomes[i] = Outcome{Resp: r.resp, Err: r.err}
 	}
-	if err != nil {
-		p.err = err
-		return
-	}
-	for _, c := range revs {
-		s.current.Store(c.rev)
-		s.hub.publish(c.rev, c.changes)
-	}
-	p.outcomes = make([]Outcome, len(batch))
-	for i, b := range batch {
-		p.outcomes[i] = Outcome{Resp: b.resp, Err: b.err}
-	}
-	s.quota.afterCommit(s.ctx)
-}
-
-// recordApplied stores the applied index alone.
-func (s *Store) recordApplied(index uint64) error {
-	tx, err := s.b.BeginWrite(s.ctx)
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	at, ok := tx.(AppliedIndexTx)
-	if !ok {
-		_ = tx.Rollback()
-		return errNotAppliedIndexTx
-	}
-	if err := at.SetAppliedIndex(s.ctx, index); err != nil {
-		_ = tx.Rollback()
-		return fmt.Errorf("record applied index: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit applied index: %w", err)
-	}
-	return nil
+	return outcomes, nil
 }
 
 // Restore implements Applier: it re-reads everything the Store keeps in
 // memory from the storage, on the writer's goroutine, and publishes the
 // revisions the storage gained to watchers.
 func (s *Store) Restore(ctx context.Context) error {
-	p := &pending{ctx: ctx, restore: true, done: make(chan struct{})}
-	_, err := s.enqueue(ctx, p)
-	return err
+	j := &restoreJob{waiter: newWaiter()}
+	return s.enqueue(ctx, j, &j.waiter)
 }
 
 func (s *Store) restore(ctx context.Context) error {
@@ -200,31 +142,14 @@ func (s *Store) restore(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	tx.Rollback()
 	if current < s.current.Load() {
 		// A snapshot is only sent to a node that is behind it.
-		tx.Rollback()
 		return fmt.Errorf("mvcc: restored storage is at revision %d, behind this node's %d", current, s.current.Load())
 	}
-	tx.Rollback()
-	if err := s.catchUp(ctx, 0, ChangedLeases|ChangedAlarms|ChangedCompacted); err != nil {
-		return err
-	}
-	if err := s.reloadAuth(ctx); err != nil {
+	if err := s.catchUp(ctx, 0, ChangedLeases|ChangedAlarms|ChangedCompacted|ChangedAuth); err != nil {
 		return err
 	}
 	s.quota.refresh(ctx)
-	return nil
-}
-
-// linearizable is the barrier in front of a read that must see every write
-// acknowledged before it. Locally applied writes already are; a replicated
-// node asks the cluster.
-func (s *Store) linearizable(ctx context.Context, serializable bool) error {
-	if s.repl == nil || serializable {
-		return nil
-	}
-	if err := s.repl.ReadBarrier(ctx); err != nil {
-		return fmt.Errorf("linearizable read: %w", err)
-	}
 	return nil
 }

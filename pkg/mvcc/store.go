@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -12,8 +11,6 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/server/v3/auth"
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -91,47 +88,35 @@ func (c *Config) setDefaults() {
 }
 
 // Store is etcd's key-value state machine over a Backend: reads, the
-// group-committed write path, leases, compaction and the watch hub.
+// group-committed write path, leases, compaction and the watch hub. How
+// its writes are ordered is its sequencer's business (sequencer.go); the
+// package doc follows a write through the Store in each mode.
 type Store struct {
 	cfg Config
 	b   Backend
 	log *slog.Logger
+	// seq orders writes; chosen once, in Open, from what b is.
+	seq sequencer
 
 	// current and compacted mirror the committed revisions; they move only
-	// in the writer, after commit.
+	// on the writer's goroutine, after commit (commit.go's publish step).
 	current   atomic.Int64
 	compacted atomic.Int64
-
-	// shared is the Backend's Shared side (nil when this Store is the only
-	// writer of its storage); notices is its feed of other Stores' commits.
-	shared  Shared
-	notices <-chan Notice
 	// primary is set while this Store runs the jobs that must run once per
-	// storage (lease expiry, automatic and physical compaction); always
-	// set when the storage is not shared.
+	// storage (lease expiry, automatic and physical compaction): always for
+	// a local storage, as the sequencer's role changes otherwise.
 	primary atomic.Bool
-	// repl is the Backend's replicated log (raftsql); nil when writes are
-	// applied where they are received.
-	repl Replicator
 
-	writec    chan *pending
+	// writec is the writer's queue (writer.go).
+	writec    chan job
 	lessor    *lessor
 	quota     *quota
 	compactor *compactor
 	hub       *watchHub
-	// auth is etcd's auth store over authModel, the authentication state
-	// (auth.go); authModel is replaced when the state is read again.
-	auth      auth.AuthStore
-	authModel *authModel
+	auth      *authority
+	reads     *readCache
 	// diskFullWarned is when a full disk was last logged (writer only).
 	diskFullWarned time.Time
-	// pageCounts spares each page of a paginated list a count of the rest
-	// of its range.
-	pageCounts *pageCounts
-	// rangeCounts carries each range's newest count forward through the
-	// log (rangecount.go).
-	rangeCounts *rangeCounts
-	readAhead   *readAhead
 
 	ctx       context.Context // ends at Close; every goroutine watches it
 	cancel    context.CancelFunc
@@ -149,24 +134,12 @@ func Open(ctx context.Context, b Backend, cfg Config) (*Store, error) {
 		cfg:    cfg,
 		b:      b,
 		log:    cfg.Logger.With("component", "mvcc"),
-		writec: make(chan *pending, cfg.MaxBatch),
+		writec: make(chan job, cfg.MaxBatch),
 		lessor: newLessor(time.Now),
 		quota:  &quota{limit: cfg.QuotaBackendBytes, b: b, log: cfg.Logger.With("component", "quota")},
 		stopc:  make(chan struct{}),
-
-		pageCounts:  newPageCounts(),
-		rangeCounts: newRangeCounts(),
 	}
-	s.readAhead = newReadAhead(s)
-	if r, ok := b.(Replicator); ok {
-		s.repl = r
-	} else if sh, ok := b.(Shared); ok {
-		// Subscribed before the state is loaded: no commit after the load
-		// can be missed.
-		s.shared, s.notices = sh, sh.Notices()
-	} else {
-		s.primary.Store(true)
-	}
+	s.seq = newSequencer(s, b)
 	current, compacted, leases, alarms, err := s.load(ctx)
 	if err != nil {
 		return nil, err
@@ -178,9 +151,10 @@ func Open(ctx context.Context, b Backend, cfg Config) (*Store, error) {
 		s.lessor.granted(l)
 	}
 	s.quota.refresh(ctx)
-	if err := s.openAuth(ctx); err != nil {
+	if s.auth, err = openAuth(ctx, b, cfg, s.log); err != nil {
 		return nil, err
 	}
+	s.reads = newReadCache(s.snapshot, s.Revisions, cfg.ReadAheadBytes)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.compactor = newCompactor(s, cfg.CompactBatchRevisions)
 	s.hub = newWatchHub(hubConfig{
@@ -195,24 +169,9 @@ func Open(ctx context.Context, b Backend, cfg Config) (*Store, error) {
 	go s.writeLoop()
 	go s.compactor.loop(s.ctx)
 	go s.expiryLoop(s.ctx, 500*time.Millisecond)
-	switch {
-	case s.repl != nil:
-		s.wg.Add(1)
-		go s.roleLoop(s.ctx, s.repl.Primary())
-		if compacted > 0 {
-			// Physical compaction is every node's own work.
-			s.compactor.notify(compacted)
-		}
-		if err := s.repl.Start(s); err != nil {
-			s.Close()
-			return nil, fmt.Errorf("start replication: %w", err)
-		}
-	case s.shared != nil:
-		s.wg.Add(1)
-		go s.roleLoop(s.ctx, s.shared.Primary())
-	case compacted > 0:
-		// A crash may have cut a physical compaction short: finish it.
-		s.compactor.notify(compacted)
+	if err := s.seq.start(); err != nil {
+		s.Close()
+		return nil, err
 	}
 	return s, nil
 }
@@ -295,59 +254,23 @@ func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount boo
 	if err := s.linearizable(ctx, r.Serializable); err != nil {
 		return nil, err
 	}
-	if !r.Serializable && s.repl != nil {
-		traceFrom(ctx).step("linearizable read barrier (raft read index)")
-	}
 	defer traceFrom(ctx).step("range read from the database")
-	if len(r.RangeEnd) == 0 && r.Revision == 0 && !r.CountOnly {
+	switch {
+	case len(r.RangeEnd) == 0 && r.Revision == 0 && !r.CountOnly:
 		return s.getLatest(ctx, r)
+	case !withCount:
+		return s.reads.rangeUncounted(ctx, r)
 	}
-	if !withCount {
-		tx, current, compacted, err := s.snapshot(ctx)
-		if err != nil {
-			return nil, err
-		}
-		defer tx.Rollback()
-		return executeRange(ctx, s.unchanged(tx, current, compacted), r, current, compacted, false)
-	}
-	// A page read ahead holds the rows at r.Revision, which never change;
-	// only a compaction since can make the answer an error instead.
-	if resp := s.readAhead.take(ctx, r); resp != nil && r.Revision >= s.compacted.Load() {
-		resp.Header.Revision = s.current.Load()
-		return resp, nil
-	}
-	resp, continued, err := s.readPage(ctx, r)
-	if err != nil {
-		return nil, err
-	}
-	if continued {
-		s.readAhead.follow(r, resp)
-	}
-	return resp, nil
+	return s.reads.rangeCounted(ctx, r)
 }
 
-// unchanged wraps a read transaction for executeRange: older revisions of
-// unchanged ranges read from the live index, counts carried forward.
-func (s *Store) unchanged(tx ReadTx, current, compacted int64) *unchangedTx {
-	return &unchangedTx{ReadTx: tx, current: current, compacted: compacted, counts: s.rangeCounts}
-}
-
-// readPage answers a Range from a fresh snapshot, counting through
-// pageCounts. continued reports that r continues a paginated list (its count
-// was known from the previous page).
-func (s *Store) readPage(ctx context.Context, r *pb.RangeRequest) (resp *pb.RangeResponse, continued bool, err error) {
-	tx, current, compacted, err := s.snapshot(ctx)
-	if err != nil {
-		return nil, false, err
+// linearizable is the barrier in front of a read that must see every write
+// acknowledged before it.
+func (s *Store) linearizable(ctx context.Context, serializable bool) error {
+	if serializable {
+		return nil
 	}
-	defer tx.Rollback()
-	ctr := &countingTx{ReadTx: s.unchanged(tx, current, compacted), counts: s.pageCounts}
-	if resp, err = executeRange(ctx, ctr, r, current, compacted, true); err != nil {
-		return nil, false, err
-	}
-	rev, _ := checkRevision(r.Revision, current, compacted) // executeRange has accepted it
-	s.pageCounts.rememberNextPage(r, resp, rev)
-	return resp, ctr.hit, nil
+	return s.seq.readBarrier(ctx)
 }
 
 // Put, DeleteRange and Txn go through the group-committed write path.
@@ -369,7 +292,7 @@ func (s *Store) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.
 
 // Txn serves read-only txns from a snapshot and the rest through the writer.
 func (s *Store) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
-	if txnReadOnly(r) {
+	if IsReadOnlyTxn(r) {
 		return s.readTxn(ctx, r)
 	}
 	resp, err := s.admit(ctx, &pb.InternalRaftRequest{Txn: r})
@@ -387,18 +310,23 @@ func (s *Store) admit(ctx context.Context, r *pb.InternalRaftRequest) (any, erro
 	raise, err := s.quota.check(r)
 	if raise {
 		alarm := &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: s.cfg.MemberID, Alarm: pb.AlarmType_NOSPACE}
-		if _, aerr := s.write(ctx, &pb.InternalRaftRequest{Alarm: alarm}); aerr != nil {
+		if _, aerr := s.seq.write(ctx, &pb.InternalRaftRequest{Alarm: alarm}); aerr != nil {
 			s.log.Warn("raise NOSPACE alarm", "err", aerr)
 		}
 	}
 	if err != nil {
 		return nil, err
 	}
-	return s.write(ctx, r)
+	return s.seq.write(ctx, r)
 }
 
-func txnReadOnly(r *pb.TxnRequest) bool {
-	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
+// IsReadOnlyTxn reports whether t is served as a read, from a snapshot
+// and without the write path: etcd's rule (etcdserver/txn.IsTxnReadonly),
+// every operation of both branches a Range. A nested Txn counts as a write
+// even when it only reads, as in etcd, which proposes such a txn; the
+// server's request checks and metrics use this same predicate.
+func IsReadOnlyTxn(t *pb.TxnRequest) bool {
+	for _, ops := range [][]*pb.RequestOp{t.Success, t.Failure} {
 		for _, op := range ops {
 			if op.GetRequestRange() == nil {
 				return false
@@ -419,33 +347,14 @@ func (s *Store) readTxn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse,
 		return nil, err
 	}
 	defer tx.Rollback()
-	a := &applier{ctx: ctx, tx: readOnlyWriteTx{tx}, current: current, compacted: compacted}
+	a := &applier{ctx: ctx, tx: tx, current: current, compacted: compacted}
 	return a.applyTxn(r)
-}
-
-// readOnlyWriteTx lets the applier run a read-only txn on a ReadTx; its
-// write methods are never reached because the txn has no write operation.
-type readOnlyWriteTx struct{ ReadTx }
-
-var errReadOnly = errors.New("mvcc: write in a read-only transaction")
-
-func (readOnlyWriteTx) Put(context.Context, *mvccpb.KeyValue, int64) error { return errReadOnly }
-func (readOnlyWriteTx) Delete(context.Context, []byte, int64, int64) error { return errReadOnly }
-func (readOnlyWriteTx) SetRevisions(context.Context, int64, int64) error   { return errReadOnly }
-func (readOnlyWriteTx) PutLease(context.Context, Lease) error              { return errReadOnly }
-func (readOnlyWriteTx) DeleteLease(context.Context, int64) error           { return errReadOnly }
-func (readOnlyWriteTx) PutAlarm(context.Context, *pb.AlarmMember) error    { return errReadOnly }
-func (readOnlyWriteTx) DeleteAlarm(context.Context, *pb.AlarmMember) error { return errReadOnly }
-func (readOnlyWriteTx) PutAuthState(context.Context, []byte) error         { return errReadOnly }
-func (readOnlyWriteTx) Commit() error                                      { return errReadOnly }
-func (readOnlyWriteTx) CompactBatch(context.Context, int64, int64, int64) (int64, error) {
-	return 0, errReadOnly
 }
 
 // Compact makes revisions below r.Revision unreadable and removes their rows
 // in the background; with r.Physical the answer waits for the removal.
 func (s *Store) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
-	resp, err := s.write(ctx, &pb.InternalRaftRequest{Compaction: r})
+	resp, err := s.seq.write(ctx, &pb.InternalRaftRequest{Compaction: r})
 	if err != nil {
 		return nil, err
 	}
@@ -488,7 +397,7 @@ func newLeaseID() int64 {
 }
 
 func (s *Store) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
-	resp, err := s.write(ctx, &pb.InternalRaftRequest{LeaseRevoke: r})
+	resp, err := s.seq.write(ctx, &pb.InternalRaftRequest{LeaseRevoke: r})
 	if err != nil {
 		return nil, err
 	}
@@ -496,67 +405,15 @@ func (s *Store) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.
 }
 
 // LeaseRenew restarts lease id's TTL and returns it (ErrLeaseNotFound if it
-// does not exist or has already expired). On a shared storage the renewal
-// is also sent to the other Stores, whose clocks must follow it.
+// does not exist or has already expired), where expiry is decided.
 func (s *Store) LeaseRenew(ctx context.Context, id int64) (int64, error) {
-	if s.repl != nil && !s.primary.Load() {
-		// Only the leader's clocks decide expiry.
-		return s.repl.LeaseRenewAtLeader(ctx, id)
-	}
-	// The leader may not have applied a grant its cluster committed yet.
-	if err := s.linearizable(ctx, false); err != nil {
-		return 0, err
-	}
-	ttl, err := s.lessor.renew(id)
-	if errors.Is(err, ErrLeaseNotFound) && s.shared != nil {
-		// Granted through another server a moment ago?
-		if err := s.sync(ctx); err != nil {
-			return 0, err
-		}
-		ttl, err = s.lessor.renew(id)
-	}
-	// Announced by the primary too: every Store's clock answers TimeToLive
-	// and KeepAlive, and any of them may become primary.
-	if err != nil || s.shared == nil {
-		return ttl, err
-	}
-	if err := s.shared.RenewLease(ctx, id); err != nil {
-		return 0, fmt.Errorf("announce renewal of lease %d: %w", id, err)
-	}
-	return ttl, nil
+	return s.seq.renewLease(ctx, id)
 }
 
 // LeaseTimeToLive answers with ErrLeaseNotFound for an unknown lease; the
 // gRPC layer turns that into etcd's TTL -1 answer.
 func (s *Store) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
-	if s.repl != nil && !s.primary.Load() {
-		return s.repl.LeaseTimeToLiveAtLeader(ctx, r)
-	}
-	if err := s.linearizable(ctx, false); err != nil {
-		return nil, err
-	}
-	// On a shared storage the lease may have been granted or revoked
-	// through another server a moment ago: catch up first, so the answer is
-	// linearizable as etcd's (which asks its leader).
-	if err := s.sync(ctx); err != nil {
-		return nil, err
-	}
-	granted, left, ok := s.lessor.remaining(r.ID)
-	if !ok {
-		return nil, ErrLeaseNotFound
-	}
-	resp := &pb.LeaseTimeToLiveResponse{Header: &pb.ResponseHeader{Revision: s.current.Load()}, ID: r.ID, TTL: left, GrantedTTL: granted}
-	if r.Keys {
-		tx, err := s.b.BeginRead(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("begin read: %w", err)
-		}
-		defer tx.Rollback()
-		if resp.Keys, err = tx.LeaseKeys(ctx, r.ID); err != nil {
-			return nil, fmt.Errorf("keys of lease %d: %w", r.ID, err)
-		}
-	}
-	return resp, nil
+	return s.seq.leaseTimeToLive(ctx, r)
 }
 
 // LeaseLeases lists the stored leases: the lease table decides which exist.
@@ -600,7 +457,7 @@ func (s *Store) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmRespons
 	if r.Action == pb.AlarmRequest_GET {
 		return &pb.AlarmResponse{Header: &pb.ResponseHeader{Revision: s.current.Load()}, Alarms: s.quota.get(r.Alarm)}, nil
 	}
-	resp, err := s.write(ctx, &pb.InternalRaftRequest{Alarm: r})
+	resp, err := s.seq.write(ctx, &pb.InternalRaftRequest{Alarm: r})
 	if err != nil {
 		return nil, err
 	}
@@ -616,9 +473,12 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.cancel()
 		close(s.stopc)
-		s.readAhead.close()
+		s.reads.close()
 		s.wg.Wait()
 		s.hub.close()
+		if err := s.auth.close(); err != nil {
+			s.log.Warn("close auth store", "err", err)
+		}
 	})
 	return nil
 }

@@ -313,3 +313,30 @@ func TestStore_DeleteAndPutInOneTxn(t *testing.T) {
 		t.Fatalf("b = %v, want created anew at %d with version 1", kv, rev)
 	}
 }
+
+// IsReadOnlyTxn is etcd's rule: a nested txn is a write even when it only
+// reads, so etcd proposes it (and checks its size like any proposal).
+func TestIsReadOnlyTxn(t *testing.T) {
+	get := func(k string) *pb.RequestOp {
+		return &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte(k)}}}
+	}
+	nested := func(ops ...*pb.RequestOp) *pb.RequestOp {
+		return &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{Success: ops}}}
+	}
+	put := &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("p")}}}
+	for _, tt := range []struct {
+		name string
+		req  *pb.TxnRequest
+		want bool
+	}{
+		{"empty", &pb.TxnRequest{}, true},
+		{"gets", &pb.TxnRequest{Success: []*pb.RequestOp{get("a")}, Failure: []*pb.RequestOp{get("b")}}, true},
+		{"put", &pb.TxnRequest{Success: []*pb.RequestOp{get("a"), put}}, false},
+		{"nested read-only txn", &pb.TxnRequest{Failure: []*pb.RequestOp{nested(get("a"))}}, false},
+		{"nested put", &pb.TxnRequest{Success: []*pb.RequestOp{nested(put)}}, false},
+	} {
+		if got := mvcc.IsReadOnlyTxn(tt.req); got != tt.want {
+			t.Errorf("%s: got %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

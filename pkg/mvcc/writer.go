@@ -2,335 +2,228 @@ package mvcc
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/protobuf/proto"
 )
 
-// pending is one queued unit of work for the writer: a client write request,
-// a maintenance step (fn) that needs the write transaction to itself, a
-// catch-up with a shared storage's commits (feed.go), or committed entries
-// of a replicated log and a restore from a snapshot (replicated.go).
-type pending struct {
+// The writer is the one goroutine that changes the storage and the state
+// derived from it. Work reaches it as typed jobs on one queue, in order:
+// client writes (writeJob) are batched, every one waiting sharing a
+// transaction and its commit (group commit); every other job runs alone,
+// between batches.
+
+// job is one unit of work for the writer.
+type job interface {
+	// run does the job on the writer's goroutine.
+	run(s *Store)
+	// fail answers a job the writer will never run (the store closed).
+	fail(err error)
+}
+
+// waiter is the answer side of a job a caller waits for.
+type waiter struct {
+	done   chan struct{}
+	result error
+}
+
+func newWaiter() waiter { return waiter{done: make(chan struct{})} }
+
+func (w *waiter) finish(err error) {
+	w.result = err
+	close(w.done)
+}
+
+func (w *waiter) fail(err error) { w.finish(err) }
+
+// writeJob is a client's write request: it is ordered by this Store's
+// writer (not by a replicated log) and answered once its batch committed
+// and published.
+type writeJob struct {
+	waiter
+	request
+}
+
+// maintainJob runs fn in a write transaction of its own (a physical
+// compaction step).
+type maintainJob struct {
+	waiter
+	ctx context.Context
+	fn  func(ctx context.Context, tx WriteTx) error
+}
+
+// catchUpJob makes the feed include every revision the storage has
+// committed so far, and re-reads leases, alarms and the compacted revision
+// (a shared storage's other Stores may have changed them).
+type catchUpJob struct{ waiter }
+
+// followJob handles one notice of a shared storage's feed; nobody waits
+// for it.
+type followJob struct{ n Notice }
+
+// entriesJob applies committed entries of a replicated log.
+type entriesJob struct {
+	waiter
 	ctx      context.Context
-	req      *pb.InternalRaftRequest
-	fn       func(ctx context.Context, tx WriteTx) error
-	catchUp  bool
 	entries  []Entry
 	outcomes []Outcome
-	restore  bool
-	resp     proto.Message
-	err      error
-	done     chan struct{}
 }
 
-// committed is one revision made durable by a batch, waiting to be published.
-type committed struct {
-	rev     int64
-	changes []Change
+// restoreJob makes the Store follow a storage whose contents a replicated
+// log replaced with another node's snapshot.
+type restoreJob struct{ waiter }
+
+func (j *writeJob) run(s *Store) { s.writeBatch([]*writeJob{j}) }
+
+func (j *maintainJob) run(s *Store) { j.finish(s.maintainTx(j.fn)) }
+
+func (j *catchUpJob) run(s *Store) {
+	j.finish(s.catchUp(s.ctx, 0, ChangedLeases|ChangedAlarms|ChangedCompacted))
 }
 
-// write queues r for the writer and waits for its answer. If ctx ends first
-// the request may still be applied, as with etcd.
-func (s *Store) write(ctx context.Context, r *pb.InternalRaftRequest) (proto.Message, error) {
-	if s.repl != nil {
-		return s.repl.Propose(ctx, r)
+func (j *followJob) run(s *Store) { s.follow(j.n) }
+func (j *followJob) fail(error)   {}
+
+func (j *entriesJob) run(s *Store) {
+	var err error
+	j.outcomes, err = s.applyEntries(j.entries)
+	j.finish(err)
+}
+
+func (j *restoreJob) run(s *Store) { j.finish(s.restore(s.ctx)) }
+
+// enqueueWrite queues r for this Store's writer and waits for its answer.
+// If ctx ends first the request may still be applied, as with etcd.
+func (s *Store) enqueueWrite(ctx context.Context, r *pb.InternalRaftRequest) (proto.Message, error) {
+	j := &writeJob{waiter: newWaiter(), request: request{ctx: ctx, req: r}}
+	if err := s.enqueue(ctx, j, &j.waiter); err != nil {
+		return nil, err
 	}
-	p := &pending{ctx: ctx, req: r, done: make(chan struct{})}
-	return s.enqueue(ctx, p)
+	return j.resp, j.err
 }
 
 // maintain runs fn in a write transaction of its own, between batches.
 func (s *Store) maintain(ctx context.Context, fn func(ctx context.Context, tx WriteTx) error) error {
-	p := &pending{ctx: ctx, fn: fn, done: make(chan struct{})}
-	_, err := s.enqueue(ctx, p)
-	return err
+	j := &maintainJob{waiter: newWaiter(), ctx: ctx, fn: fn}
+	return s.enqueue(ctx, j, &j.waiter)
 }
 
-func (s *Store) enqueue(ctx context.Context, p *pending) (proto.Message, error) {
-	select {
-	case s.writec <- p:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-s.stopc:
-		return nil, ErrClosed
+// enqueue queues j and waits until w is finished.
+func (s *Store) enqueue(ctx context.Context, j job, w *waiter) error {
+	if err := s.send(ctx, j); err != nil {
+		return err
 	}
 	select {
-	case <-p.done:
-		return p.resp, p.err
+	case <-w.done:
+		return w.result
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return ctx.Err()
 	case <-s.stopc:
-		return nil, ErrClosed
+		return ErrClosed
 	}
 }
 
-// writeLoop is the single writer. It takes every request waiting (up to
+// send queues j without waiting for it to run.
+func (s *Store) send(ctx context.Context, j job) error {
+	select {
+	case s.writec <- j:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.stopc:
+		return ErrClosed
+	}
+}
+
+// writeLoop is the single writer. It takes every write waiting (up to
 // MaxBatch), applies them in order in one transaction, commits once (one
 // fsync for all), publishes the events, then answers. This is group commit:
 // throughput comes from sharing the fsync.
 func (s *Store) writeLoop() {
 	defer s.wg.Done()
-	batch := make([]*pending, 0, s.cfg.MaxBatch)
-	notices := s.notices
+	batch := make([]*writeJob, 0, s.cfg.MaxBatch)
 	for {
+		var next job
 		select {
 		case <-s.stopc:
 			s.drainClosed()
 			return
-		case n, ok := <-notices:
-			if !ok {
-				notices = nil
-				continue
-			}
-			s.follow(n)
-			continue
-		case p := <-s.writec:
-			batch = append(batch[:0], p)
+		case next = <-s.writec:
 		}
-		if !isWrite(batch[0]) {
-			s.runMaintenance(batch[0])
+		w, ok := next.(*writeJob)
+		if !ok {
+			next.run(s)
 			continue
 		}
+		batch = append(batch[:0], w)
+		next = nil
 	fill:
 		for len(batch) < s.cfg.MaxBatch {
 			select {
-			case p := <-s.writec:
-				if !isWrite(p) {
-					// Keep queue order: the batch so far, then the step.
-					s.applyBatch(batch)
-					s.runMaintenance(p)
-					batch = batch[:0]
-					break fill
+			case j := <-s.writec:
+				if w, ok := j.(*writeJob); ok {
+					batch = append(batch, w)
+					continue
 				}
-				batch = append(batch, p)
+				// Keep queue order: the batch so far, then the job.
+				next = j
+				break fill
 			default:
 				break fill
 			}
 		}
-		if len(batch) > 0 {
-			s.applyBatch(batch)
+		s.writeBatch(batch)
+		if next != nil {
+			next.run(s)
 		}
 	}
 }
 
-// drainClosed fails requests still queued when the store closes.
+// drainClosed fails the jobs still queued when the store closes.
 func (s *Store) drainClosed() {
 	for {
 		select {
-		case p := <-s.writec:
-			p.err = ErrClosed
-			close(p.done)
+		case j := <-s.writec:
+			j.fail(ErrClosed)
 		default:
 			return
 		}
 	}
 }
 
-func isWrite(p *pending) bool {
-	return p.fn == nil && !p.catchUp && p.entries == nil && !p.restore
+// writeBatch commits a batch of client writes and answers each. A storage
+// failure fails every request of the batch that commit did not answer.
+func (s *Store) writeBatch(batch []*writeJob) {
+	reqs := make([]*request, len(batch))
+	for i, j := range batch {
+		reqs[i] = &j.request
+	}
+	if err := s.commit(reqs); err != nil {
+		s.log.Error("write batch failed", "requests", len(batch), "err", err)
+		for _, r := range reqs {
+			if r.resp == nil && r.err == nil {
+				r.err = err
+			}
+		}
+	}
+	for _, j := range batch {
+		close(j.done)
+	}
 }
 
-func (s *Store) runMaintenance(p *pending) {
-	if p.entries != nil {
-		s.applyEntries(p)
-		return
-	}
-	defer close(p.done)
-	if p.restore {
-		p.err = s.restore(s.ctx)
-		return
-	}
-	if p.catchUp {
-		p.err = s.catchUp(s.ctx, 0, ChangedLeases|ChangedAlarms|ChangedCompacted)
-		return
-	}
+// maintainTx runs fn in a write transaction of its own.
+func (s *Store) maintainTx(fn func(ctx context.Context, tx WriteTx) error) error {
 	tx, err := s.b.BeginWrite(s.ctx)
 	if err != nil {
-		p.err = fmt.Errorf("begin maintenance: %w", err)
-		return
+		return fmt.Errorf("begin maintenance: %w", err)
 	}
-	if err := p.fn(s.ctx, tx); err != nil {
+	if err := fn(s.ctx, tx); err != nil {
 		_ = tx.Rollback()
-		p.err = err
-		return
+		return err
 	}
 	if err := tx.Commit(); err != nil {
-		p.err = fmt.Errorf("commit maintenance: %w", err)
+		return fmt.Errorf("commit maintenance: %w", err)
 	}
+	return nil
 }
-
-// applyBatch applies batch in one transaction. A storage failure fails every
-// request of the batch and leaves no trace: the transaction rolls back and
-// neither the revision counter nor the lessor moved. When the failure came
-// from applying one request (a driver limit such as the changes one revision
-// can hold), not from the commit, each request is applied again in a
-// transaction of its own, so only the request that cannot be stored fails.
-func (s *Store) applyBatch(batch []*pending) {
-	for _, p := range batch {
-		traceFrom(p.ctx).step("queued for the writer")
-	}
-	revs, err := s.applyAndCommit(batch)
-	var applyErr *applyError
-	if err != nil && len(batch) > 1 && errors.As(err, &applyErr) {
-		for _, p := range batch {
-			p.err, p.resp = nil, nil
-			s.applyBatch([]*pending{p})
-		}
-		return
-	}
-	if err != nil {
-		s.warnDiskFull(err)
-		s.log.Error("write batch failed", "requests", len(batch), "err", err)
-		for _, p := range batch {
-			if p.err == nil {
-				p.err = err
-			}
-			p.resp = nil
-			close(p.done)
-		}
-		return
-	}
-	if len(revs) > 0 && revs[0].rev != s.current.Load()+1 && s.shared != nil {
-		// Other Stores committed the revisions between: publish them first.
-		if err := s.catchUp(s.ctx, revs[0].rev-1, 0); err != nil {
-			s.log.Warn("read other servers' revisions before this batch's", "err", err)
-		}
-	}
-	for _, p := range batch {
-		traceFrom(p.ctx).step("applied and committed in the database (group commit)")
-	}
-	for _, c := range revs {
-		s.current.Store(c.rev)
-		s.hub.publish(c.rev, c.changes)
-	}
-	for _, p := range batch {
-		traceFrom(p.ctx).step("published to watchers")
-		close(p.done)
-	}
-	s.quota.afterCommit(s.ctx)
-}
-
-func (s *Store) applyAndCommit(batch []*pending) ([]committed, error) {
-	return s.applyAndCommitAt(batch, 0)
-}
-
-// applyAndCommitAt is applyAndCommit that also records index, the last
-// replicated log entry of the batch (0: the batch is not replicated).
-func (s *Store) applyAndCommitAt(batch []*pending, index uint64) ([]committed, error) {
-	revs, authTouched, err := s.applyAndCommitTx(batch, index)
-	if err != nil && authTouched {
-		// The transaction that stored the changed auth state did not
-		// commit: the auth store follows the database again.
-		if rerr := s.reloadAuth(s.ctx); rerr != nil {
-			s.log.Error("reload auth state after a failed write", "err", rerr)
-		}
-	}
-	return revs, err
-}
-
-func (s *Store) applyAndCommitTx(batch []*pending, index uint64) (_ []committed, authTouched bool, _ error) {
-	tx, err := s.beginBatch(batch)
-	if err != nil {
-		return nil, authTouched, fmt.Errorf("begin write: %w", err)
-	}
-	current, compacted, err := tx.Revisions(s.ctx)
-	if err != nil {
-		_ = tx.Rollback()
-		return nil, authTouched, fmt.Errorf("read revisions: %w", err)
-	}
-	leases := &batchLeases{base: s.lessor, granted: map[int64]Lease{}, revoked: map[int64]bool{}}
-	var revs []committed
-	var alarms []*pb.AlarmMember // the alarm list after the batch, if it changed
-	newCompacted := int64(0)
-	for _, p := range batch {
-		if isAuthChange(p.req) {
-			authTouched = true
-			p.resp, p.err = s.applyAuth(p.req)
-			continue
-		}
-		a := &applier{ctx: s.ctx, tx: tx, current: current, compacted: compacted}
-		res, err := a.apply(p.req)
-		if err != nil {
-			if isRequestError(err) && len(a.changes) == 0 {
-				p.err = err
-				continue
-			}
-			_ = tx.Rollback()
-			return nil, authTouched, &applyError{err}
-		}
-		p.resp = res.resp
-		leases.record(res)
-		if res.alarms != nil {
-			alarms = res.alarms
-		}
-		if res.compacted != 0 {
-			compacted, newCompacted = res.compacted, res.compacted
-		}
-		if len(res.changes) > 0 {
-			current++
-			revs = append(revs, committed{rev: current, changes: res.changes})
-		}
-	}
-	// One statement per batch moves the stored current revision, instead
-	// of one per request.
-	if len(revs) > 0 {
-		if err := tx.SetRevisions(s.ctx, current, compacted); err != nil {
-			_ = tx.Rollback()
-			return nil, authTouched, fmt.Errorf("set revisions: %w", err)
-		}
-	}
-	if authTouched {
-		if err := s.storeAuth(s.ctx, tx); err != nil {
-			_ = tx.Rollback()
-			return nil, authTouched, err
-		}
-	}
-	if index != 0 {
-		at, ok := tx.(AppliedIndexTx)
-		if !ok {
-			_ = tx.Rollback()
-			return nil, authTouched, errNotAppliedIndexTx
-		}
-		if err := at.SetAppliedIndex(s.ctx, index); err != nil {
-			_ = tx.Rollback()
-			return nil, authTouched, fmt.Errorf("record applied index: %w", err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, authTouched, fmt.Errorf("commit: %w", err)
-	}
-	leases.commit()
-	if alarms != nil {
-		s.quota.setAlarms(alarms)
-	}
-	if newCompacted != 0 {
-		s.compacted.Store(newCompacted)
-		s.compactor.notify(newCompacted)
-	} else if compacted > s.compacted.Load() {
-		// Another Store compacted (shared storage); its notice may still be
-		// on its way.
-		s.compacted.Store(compacted)
-	}
-	return revs, authTouched, nil
-}
-
-// beginBatch begins the batch's transaction, with the keys it will read
-// prefetched where the Backend can (Prefetcher).
-func (s *Store) beginBatch(batch []*pending) (WriteTx, error) {
-	if pf, ok := s.b.(Prefetcher); ok {
-		if keys := batchKeys(batch); len(keys) > 0 {
-			return pf.BeginWritePrefetch(s.ctx, keys)
-		}
-	}
-	return s.b.BeginWrite(s.ctx)
-}
-
-// applyError is a storage error raised while applying one request, as
-// opposed to beginning or committing the batch's transaction.
-type applyError struct{ err error }
-
-func (e *applyError) Error() string { return e.err.Error() }
-func (e *applyError) Unwrap() error { return e.err }

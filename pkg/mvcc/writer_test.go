@@ -28,6 +28,9 @@ type faultyBackend struct {
 	poison []byte
 	// commits counts commits; the one numbered failCommit fails.
 	commits, failCommit atomic.Int32
+	// beforeCommit, when set, runs at the start of every commit, while
+	// the batch is applied and not yet durable.
+	beforeCommit atomic.Pointer[func()]
 }
 
 var errInjected = errors.New("injected storage failure")
@@ -56,6 +59,9 @@ func (t *faultyTx) Put(ctx context.Context, kv *mvccpb.KeyValue, sub int64) erro
 }
 
 func (t *faultyTx) Commit() error {
+	if f := t.f.beforeCommit.Load(); f != nil {
+		(*f)()
+	}
 	if n := t.f.commits.Add(1); n == t.f.failCommit.Load() {
 		t.WriteTx.Rollback()
 		return errInjected

@@ -78,13 +78,13 @@ func (s *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 	if err := checkTxn(r, s.maxTxnOps); err != nil {
 		return nil, err
 	}
-	if !isTxnReadonly(r) {
+	if !mvcc.IsReadOnlyTxn(r) {
 		if err := s.checkSize(&pb.InternalRaftRequest{Txn: r}); err != nil {
 			return nil, err
 		}
 	}
 	done := func(error) {}
-	if !isTxnReadonly(r) {
+	if !mvcc.IsReadOnlyTxn(r) {
 		done = s.metrics.write()
 	}
 	resp, err := s.store.Txn(ctx, r)

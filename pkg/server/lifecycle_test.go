@@ -55,8 +55,13 @@ func TestServerCloseWithOpenStreams(t *testing.T) {
 }
 
 // TestServerCloseStopsGoroutines: after Close nothing of the server runs,
-// compactor included.
+// compactor included, and with auth enabled etcd's token keeper too.
 func TestServerCloseStopsGoroutines(t *testing.T) {
+	t.Run("auth off", func(t *testing.T) { testServerCloseStopsGoroutines(t, false) })
+	t.Run("auth on", func(t *testing.T) { testServerCloseStopsGoroutines(t, true) })
+}
+
+func testServerCloseStopsGoroutines(t *testing.T, withAuth bool) {
 	before := runtime.NumGoroutine()
 	dir := t.TempDir()
 	s, err := New(context.Background(), Config{
@@ -72,6 +77,9 @@ func TestServerCloseStopsGoroutines(t *testing.T) {
 	}
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
+	}
+	if withAuth {
+		enableAuth(t, addrString(s.Addrs()[0]))
 	}
 	resp, err := http.Get(addrString(s.Addrs()[0]) + "/health")
 	if err != nil {
@@ -147,5 +155,38 @@ func TestCloseWithSilentConnection(t *testing.T) {
 		}
 	case <-time.After(gracefulStopTimeout + 5*time.Second):
 		t.Fatal("Close hangs on a silent connection")
+	}
+}
+
+// enableAuth makes root and turns auth on through a client, which it closes.
+func enableAuth(t *testing.T, endpoint string) {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.UserAdd(ctx, "root", "rootpw"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RoleAdd(ctx, "root"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.UserGrantRole(ctx, "root", "root"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.AuthEnable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A token makes the simple token keeper run.
+	ac, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, Username: "root", Password: "rootpw", DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ac.Close()
+	if _, err := ac.Get(ctx, "k"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/kite-db/kite/pkg/mvcc"
 )
 
 // kvMetrics are etcd's etcd_mvcc_{range,put,delete,txn}_total and, for a
@@ -77,7 +79,7 @@ func (m *kvMetrics) deleteDone(r *pb.DeleteRangeRequest) { m.add(deleteOps(r)) }
 func (m *kvMetrics) txnDone(r *pb.TxnRequest, resp *pb.TxnResponse) {
 	var check, run opCount
 	txnOps(r, resp, &check, &run)
-	if isTxnReadonly(r) {
+	if mvcc.IsReadOnlyTxn(r) {
 		m.add(opCount{check.ranges + run.ranges, run.puts, run.deletes})
 		return
 	}

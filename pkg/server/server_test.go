@@ -346,3 +346,21 @@ func sendAll(chunks []clientv3.RangeStreamResponse) clientv3.GetStreamChan {
 	close(ch)
 	return ch
 }
+
+// A txn whose only operation is a nested read-only txn is a proposal in
+// etcd (etcdserver/txn.IsTxnReadonly looks at the top level only), so the
+// request size limit applies to it; a top-level read-only txn is served
+// without one and is not limited.
+func TestNestedReadOnlyTxnIsSizeChecked(t *testing.T) {
+	_, endpoint := mustStartServer(t, Config{MaxRequestBytes: 64 * 1024})
+	cli := newClient(t, endpoint)
+	ctx := testContext(t)
+	big := strings.Repeat("k", 100*1024)
+	if _, err := cli.Txn(ctx).Then(clientv3.OpGet(big)).Commit(); err != nil {
+		t.Fatalf("top-level read-only txn over the request limit: %v, want it served", err)
+	}
+	_, err := cli.Txn(ctx).Then(clientv3.OpTxn(nil, []clientv3.Op{clientv3.OpGet(big)}, nil)).Commit()
+	if !errors.Is(err, rpctypes.ErrRequestTooLarge) {
+		t.Fatalf("nested read-only txn over the request limit: %v, want %v", err, rpctypes.ErrRequestTooLarge)
+	}
+}

@@ -79,7 +79,7 @@ func describeRequest(req any) (prefix, desc string, ok bool) {
 		return "", fmt.Sprintf("delete_range key:%q range_end:%q", r.Key, r.RangeEnd), true
 	case *pb.TxnRequest:
 		prefix := ""
-		if isReadOnlyTxn(r) {
+		if mvcc.IsReadOnlyTxn(r) {
 			prefix = "read-only txn "
 		}
 		return prefix, fmt.Sprintf("compare:%d success:%s failure:%s", len(r.Compare), opsString(r.Success), opsString(r.Failure)), true
@@ -115,15 +115,4 @@ func opsString(ops []*pb.RequestOp) string {
 		}
 	}
 	return s + "]"
-}
-
-func isReadOnlyTxn(r *pb.TxnRequest) bool {
-	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
-		for _, op := range ops {
-			if op.GetRequestRange() == nil {
-				return false
-			}
-		}
-	}
-	return true
 }

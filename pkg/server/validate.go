@@ -127,23 +127,3 @@ func checkTxn(r *pb.TxnRequest, maxTxnOps int) error {
 	}
 	return nil
 }
-
-// isTxnReadonly reports whether a txn (nested ones included) only reads.
-// etcd serves those without a raft proposal, so the request size limit does
-// not apply to them.
-func isTxnReadonly(r *pb.TxnRequest) bool {
-	for _, ops := range [][]*pb.RequestOp{r.GetSuccess(), r.GetFailure()} {
-		for _, u := range ops {
-			switch uv := u.GetRequest().(type) {
-			case *pb.RequestOp_RequestRange:
-			case *pb.RequestOp_RequestTxn:
-				if !isTxnReadonly(uv.RequestTxn) {
-					return false
-				}
-			default:
-				return false
-			}
-		}
-	}
-	return true
-}

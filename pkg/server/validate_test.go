@@ -175,23 +175,6 @@ func TestCheckTxn(t *testing.T) {
 	}
 }
 
-func TestIsTxnReadonly(t *testing.T) {
-	for _, tt := range []struct {
-		name string
-		req  *pb.TxnRequest
-		want bool
-	}{
-		{"empty", &pb.TxnRequest{}, true},
-		{"gets", &pb.TxnRequest{Success: []*pb.RequestOp{get("a")}, Failure: []*pb.RequestOp{txnOp([]*pb.RequestOp{get("b")}, nil)}}, true},
-		{"put", &pb.TxnRequest{Success: []*pb.RequestOp{get("a"), put("b")}}, false},
-		{"nested delete", &pb.TxnRequest{Failure: []*pb.RequestOp{txnOp(nil, []*pb.RequestOp{del("a", "")})}}, false},
-	} {
-		if got := isTxnReadonly(tt.req); got != tt.want {
-			t.Errorf("%s: got %v, want %v", tt.name, got, tt.want)
-		}
-	}
-}
-
 func TestCheckRequestSize(t *testing.T) {
 	const limit = 1024
 	small := &pb.PutRequest{Key: []byte("k"), Value: make([]byte, 900)}

@@ -1,0 +1,258 @@
+package mvcc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// The commit tail: every mode's writes, a batch of client requests (the
+// local writer, a shared storage) or a batch of a replicated log's
+// committed entries, end here, on the writer's goroutine. The batch is
+// applied in one transaction and committed once; only then do the state
+// kept in memory (lessor, alarms, auth, compacted revision) and the feed
+// (current revision, watchers) move, in one publish step.
+
+// request is one write request on its way through the commit tail.
+type request struct {
+	ctx context.Context
+	req *pb.InternalRaftRequest
+	// index is the position of a replicated log's committed entry, stored
+	// with the batch's rows (AppliedIndexTx); 0 for a request this Store
+	// orders itself.
+	index uint64
+	resp  proto.Message
+	err   error
+}
+
+// committed is one revision made durable by a batch, waiting to be published.
+type committed struct {
+	rev     int64
+	changes []Change
+}
+
+// applyError is a storage error raised while applying one request, as
+// opposed to beginning or committing the batch's transaction.
+type applyError struct{ err error }
+
+func (e *applyError) Error() string { return e.err.Error() }
+func (e *applyError) Unwrap() error { return e.err }
+
+// commit applies reqs in one transaction, commits it, and publishes the
+// revisions it made. On success every request holds its answer (a response,
+// or an error that rejects it alone). A failure leaves no trace: the
+// transaction rolls back and nothing in memory moved.
+//
+// When the failure came from applying one request, not from the commit,
+// the requests are applied again one per transaction, so only the one that
+// cannot be stored fails. A request this Store orders itself is then
+// answered with its error. A replicated log's committed entry must be
+// applied on every node alike: it may be answered with an error only for a
+// limit every node hits alike (ErrTooManyChanges), and is then recorded
+// applied; any other error is returned, and the node stops rather than
+// differ from the others.
+func (s *Store) commit(reqs []*request) error {
+	for _, r := range reqs {
+		traceFrom(r.ctx).step("queued for the writer")
+	}
+	revs, err := s.applyAndCommit(reqs)
+	if err == nil {
+		for _, r := range reqs {
+			traceFrom(r.ctx).step("applied and committed in the database (group commit)")
+		}
+		s.publishCommitted(revs)
+		for _, r := range reqs {
+			traceFrom(r.ctx).step("published to watchers")
+		}
+		s.quota.afterCommit(s.ctx)
+		return nil
+	}
+	s.warnDiskFull(err)
+	var ae *applyError
+	replicated := reqs[0].index != 0
+	if !errors.As(err, &ae) || isDiskFull(err) || (replicated && !errors.Is(err, ErrTooManyChanges)) {
+		return err
+	}
+	if len(reqs) > 1 {
+		for _, r := range reqs {
+			if err := s.commit([]*request{r}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	r := reqs[0]
+	r.resp, r.err = nil, err
+	if replicated {
+		// Recorded applied, so a replay does not retry it.
+		return s.recordApplied(r.index)
+	}
+	return nil
+}
+
+// publishCommitted publishes a batch's revisions. Revisions between the
+// last one published and the batch's first were committed by other Stores
+// of a shared storage (its revision lock ordered them before this batch):
+// they are read from the log and published first.
+func (s *Store) publishCommitted(revs []committed) {
+	if len(revs) > 0 && revs[0].rev != s.current.Load()+1 {
+		if err := s.catchUp(s.ctx, revs[0].rev-1, 0); err != nil {
+			s.log.Warn("read other servers' revisions before this batch's", "err", err)
+		}
+	}
+	for _, c := range revs {
+		s.publish(c.rev, c.changes)
+	}
+}
+
+// publish is the one step that makes a committed revision visible to the
+// feed: the current revision moves and watchers get its events, together,
+// in revision order. Every revision reaches it, whether this Store
+// committed it or read it from the log (feed.go).
+func (s *Store) publish(rev int64, changes []Change) {
+	s.current.Store(rev)
+	s.hub.publish(rev, changes)
+}
+
+// applyAndCommit applies reqs in one transaction and commits it. On
+// failure every request's answer is cleared: none of them happened.
+func (s *Store) applyAndCommit(reqs []*request) ([]committed, error) {
+	b, err := s.applyBatch(reqs)
+	if err != nil {
+		for _, r := range reqs {
+			r.resp, r.err = nil, nil
+		}
+		return nil, err
+	}
+	// Durable: what memory keeps may follow now.
+	b.leases.commit()
+	s.auth.commit(b.auth)
+	if b.alarms != nil {
+		s.quota.setAlarms(b.alarms)
+	}
+	if b.compacted != 0 {
+		s.compacted.Store(b.compacted)
+		s.compactor.notify(b.compacted)
+	} else if b.storedCompacted > s.compacted.Load() {
+		// Another Store compacted (shared storage); its notice may still be
+		// on its way.
+		s.compacted.Store(b.storedCompacted)
+	}
+	return b.revs, nil
+}
+
+// appliedBatch is what one batch's transaction did, for memory to follow
+// once it is committed.
+type appliedBatch struct {
+	revs   []committed
+	leases *batchLeases
+	auth   *stagedAuth
+	// alarms is the alarm list after the batch, if it changed.
+	alarms []*pb.AlarmMember
+	// compacted is the revision a Compaction request of the batch moved
+	// the compacted revision to; storedCompacted the compacted revision
+	// the transaction ended with.
+	compacted, storedCompacted int64
+}
+
+func (s *Store) applyBatch(reqs []*request) (*appliedBatch, error) {
+	tx, err := s.beginBatch(reqs)
+	if err != nil {
+		return nil, fmt.Errorf("begin write: %w", err)
+	}
+	b, err := s.applyInTx(tx, reqs)
+	if err != nil {
+		_ = tx.Rollback()
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	return b, nil
+}
+
+func (s *Store) applyInTx(tx WriteTx, reqs []*request) (*appliedBatch, error) {
+	current, compacted, err := tx.Revisions(s.ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read revisions: %w", err)
+	}
+	b := &appliedBatch{leases: newBatchLeases(s.lessor), auth: s.auth.stage()}
+	defer b.auth.close()
+	for _, r := range reqs {
+		if isAuthChange(r.req) {
+			r.resp, r.err = b.auth.apply(r.req)
+			continue
+		}
+		a := &applier{ctx: s.ctx, tx: tx, w: tx, current: current, compacted: compacted}
+		res, err := a.apply(r.req)
+		if err != nil {
+			if isRequestError(err) && len(a.changes) == 0 {
+				r.err = err
+				continue
+			}
+			return nil, &applyError{err}
+		}
+		r.resp = res.resp
+		b.leases.record(res)
+		if res.alarms != nil {
+			b.alarms = res.alarms
+		}
+		if res.compacted != 0 {
+			compacted, b.compacted = res.compacted, res.compacted
+		}
+		if len(res.changes) > 0 {
+			current++
+			b.revs = append(b.revs, committed{rev: current, changes: res.changes})
+		}
+	}
+	b.storedCompacted = compacted
+	// One statement per batch moves the stored current revision, instead
+	// of one per request.
+	if len(b.revs) > 0 {
+		if err := tx.SetRevisions(s.ctx, current, compacted); err != nil {
+			return nil, fmt.Errorf("set revisions: %w", err)
+		}
+	}
+	if err := b.auth.store(s.ctx, tx); err != nil {
+		return nil, err
+	}
+	if index := reqs[len(reqs)-1].index; index != 0 {
+		if err := setAppliedIndex(s.ctx, tx, index); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// beginBatch begins the batch's transaction, with the keys it will read
+// prefetched where the Backend can (Prefetcher).
+func (s *Store) beginBatch(reqs []*request) (WriteTx, error) {
+	if pf, ok := s.b.(Prefetcher); ok {
+		if keys := batchKeys(reqs); len(keys) > 0 {
+			return pf.BeginWritePrefetch(s.ctx, keys)
+		}
+	}
+	return s.b.BeginWrite(s.ctx)
+}
+
+// setAppliedIndex records the last replicated entry a transaction applies.
+func setAppliedIndex(ctx context.Context, tx WriteTx, index uint64) error {
+	at, ok := tx.(AppliedIndexTx)
+	if !ok {
+		return errNotAppliedIndexTx
+	}
+	if err := at.SetAppliedIndex(ctx, index); err != nil {
+		return fmt.Errorf("record applied index: %w", err)
+	}
+	return nil
+}
+
+// recordApplied stores the applied index alone.
+func (s *Store) recordApplied(index uint64) error {
+	return s.maintainTx(func(ctx context.Context, tx WriteTx) error {
+		return setAppliedIndex(ctx, tx, index)
+	})
+}
