@@ -11,12 +11,12 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// applier gives one write request its meaning. It runs inside a WriteTx at a
+// evaluator gives one write request its meaning. It runs inside a WriteTx at a
 // known revision and is deterministic: no clock, no randomness, no map
 // iteration in its output. The same code serves every storage mode, so a
 // raft replica applying the same requests in the same order writes the same
 // rows.
-type applier struct {
+type evaluator struct {
 	ctx context.Context
 	// tx reads; w writes, and is the same transaction. A read-only txn
 	// (IsReadOnlyTxn) is evaluated with w nil: it reaches no write.
@@ -35,7 +35,7 @@ type applier struct {
 // Inside a txn, before it writes, a key is read once: kube-apiserver's
 // update compares a key's mod revision and puts the same key, and the
 // second read of the row was a tenth of the CPU of such a txn.
-func (a *applier) liveRow(key []byte) (*mvccpb.KeyValue, error) {
+func (a *evaluator) liveRow(key []byte) (*mvccpb.KeyValue, error) {
 	if kv, ok := a.before[string(key)]; ok {
 		return kv, nil
 	}
@@ -52,7 +52,7 @@ func (a *applier) liveRow(key []byte) (*mvccpb.KeyValue, error) {
 // leaseExists asks the transaction, which sees grants and revokes made
 // earlier in the same batch and, with several Stores on one database, by
 // the other Stores: memory would know only this one's.
-func (a *applier) leaseExists(id int64) (bool, error) {
+func (a *evaluator) leaseExists(id int64) (bool, error) {
 	_, ok, err := a.tx.Lease(a.ctx, id)
 	if err != nil {
 		return false, fmt.Errorf("look up lease %d: %w", id, err)
@@ -87,7 +87,7 @@ func isRequestError(err error) bool {
 
 // apply evaluates one request. A request error (isRequestError) is returned
 // before anything is written.
-func (a *applier) apply(r *pb.InternalRaftRequest) (*applyResult, error) {
+func (a *evaluator) apply(r *pb.InternalRaftRequest) (*applyResult, error) {
 	var (
 		res = &applyResult{}
 		err error
@@ -120,7 +120,7 @@ func (a *applier) apply(r *pb.InternalRaftRequest) (*applyResult, error) {
 
 // readRev is the revision reads inside the request see: its own writes once
 // it has made any, as in etcd.
-func (a *applier) readRev() int64 {
+func (a *evaluator) readRev() int64 {
 	if len(a.changes) > 0 {
 		return a.current + 1
 	}
@@ -129,7 +129,7 @@ func (a *applier) readRev() int64 {
 
 // checkPut validates a put against the state before the request and returns
 // the key's previous row (needed for ignore_value, ignore_lease and prev_kv).
-func (a *applier) checkPut(p *pb.PutRequest) (*mvccpb.KeyValue, error) {
+func (a *evaluator) checkPut(p *pb.PutRequest) (*mvccpb.KeyValue, error) {
 	if p.Lease != 0 {
 		ok, err := a.leaseExists(p.Lease)
 		if err != nil {
@@ -149,7 +149,7 @@ func (a *applier) checkPut(p *pb.PutRequest) (*mvccpb.KeyValue, error) {
 	return prev, nil
 }
 
-func (a *applier) applyPut(p *pb.PutRequest) (*pb.PutResponse, error) {
+func (a *evaluator) applyPut(p *pb.PutRequest) (*pb.PutResponse, error) {
 	prev, err := a.checkPut(p)
 	if err != nil {
 		return nil, err
@@ -158,7 +158,7 @@ func (a *applier) applyPut(p *pb.PutRequest) (*pb.PutResponse, error) {
 }
 
 // put writes a put whose checks have passed.
-func (a *applier) put(p *pb.PutRequest, prev *mvccpb.KeyValue) (*pb.PutResponse, error) {
+func (a *evaluator) put(p *pb.PutRequest, prev *mvccpb.KeyValue) (*pb.PutResponse, error) {
 	rev := a.current + 1
 	kv := &mvccpb.KeyValue{Key: p.Key, Value: p.Value, Lease: p.Lease, ModRevision: rev, CreateRevision: rev, Version: 1}
 	if prev != nil {
@@ -183,7 +183,7 @@ func (a *applier) put(p *pb.PutRequest, prev *mvccpb.KeyValue) (*pb.PutResponse,
 	return resp, nil
 }
 
-func (a *applier) applyDeleteRange(d *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+func (a *evaluator) applyDeleteRange(d *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
 	kvs, err := a.tx.Range(a.ctx, d.Key, rangeEnd(d.RangeEnd), a.readRev(), 0, false)
 	if err != nil {
 		return nil, fmt.Errorf("range keys to delete: %w", err)
@@ -201,7 +201,7 @@ func (a *applier) applyDeleteRange(d *pb.DeleteRangeRequest) (*pb.DeleteRangeRes
 }
 
 // deleteKVs writes a tombstone for each of kvs, in the given (key) order.
-func (a *applier) deleteKVs(kvs []*mvccpb.KeyValue) error {
+func (a *evaluator) deleteKVs(kvs []*mvccpb.KeyValue) error {
 	if len(kvs) == 0 {
 		return nil
 	}
@@ -221,7 +221,7 @@ func (a *applier) deleteKVs(kvs []*mvccpb.KeyValue) error {
 	return nil
 }
 
-func (a *applier) applyCompaction(c *pb.CompactionRequest) (*pb.CompactionResponse, int64, error) {
+func (a *evaluator) applyCompaction(c *pb.CompactionRequest) (*pb.CompactionResponse, int64, error) {
 	switch {
 	case c.Revision <= a.compacted:
 		return nil, 0, ErrCompacted
@@ -235,7 +235,7 @@ func (a *applier) applyCompaction(c *pb.CompactionRequest) (*pb.CompactionRespon
 	return &pb.CompactionResponse{Header: &pb.ResponseHeader{Revision: a.current}}, c.Revision, nil
 }
 
-func (a *applier) applyLeaseGrant(g *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, *Lease, error) {
+func (a *evaluator) applyLeaseGrant(g *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, *Lease, error) {
 	switch ok, err := a.leaseExists(g.ID); {
 	case err != nil:
 		return nil, nil, err
@@ -252,7 +252,7 @@ func (a *applier) applyLeaseGrant(g *pb.LeaseGrantRequest) (*pb.LeaseGrantRespon
 
 // applyLeaseRevoke deletes the lease's keys in key order in one revision, as
 // etcd's lessor does, then the lease.
-func (a *applier) applyLeaseRevoke(r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+func (a *evaluator) applyLeaseRevoke(r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
 	switch ok, err := a.leaseExists(r.ID); {
 	case err != nil:
 		return nil, err
@@ -284,7 +284,7 @@ func (a *applier) applyLeaseRevoke(r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeRes
 
 // applyAlarm activates or deactivates one member's alarm. As in etcd, the
 // answer lists the alarm only if the request changed it.
-func (a *applier) applyAlarm(r *pb.AlarmRequest) (*pb.AlarmResponse, []*pb.AlarmMember, error) {
+func (a *evaluator) applyAlarm(r *pb.AlarmRequest) (*pb.AlarmResponse, []*pb.AlarmMember, error) {
 	resp := &pb.AlarmResponse{Header: &pb.ResponseHeader{Revision: a.current}}
 	alarms, err := a.tx.Alarms(a.ctx)
 	if err != nil {

@@ -99,7 +99,7 @@ func (s *Store) commit(reqs []*request) error {
 // they are read from the log and published first.
 func (s *Store) publishCommitted(revs []committed) {
 	if len(revs) > 0 && revs[0].rev != s.current.Load()+1 {
-		if err := s.catchUp(s.ctx, revs[0].rev-1, 0); err != nil {
+		if err := s.readLog(s.ctx, revs[0].rev-1, 0); err != nil {
 			s.log.Warn("read other servers' revisions before this batch's", "err", err)
 		}
 	}
@@ -120,7 +120,7 @@ func (s *Store) publish(rev int64, changes []Change) {
 // applyAndCommit applies reqs in one transaction and commits it. On
 // failure every request's answer is cleared: none of them happened.
 func (s *Store) applyAndCommit(reqs []*request) ([]committed, error) {
-	b, err := s.applyBatch(reqs)
+	b, err := s.commitTx(reqs)
 	if err != nil {
 		for _, r := range reqs {
 			r.resp, r.err = nil, nil
@@ -135,7 +135,7 @@ func (s *Store) applyAndCommit(reqs []*request) ([]committed, error) {
 	}
 	if b.compacted != 0 {
 		s.compacted.Store(b.compacted)
-		s.compactor.notify(b.compacted)
+		s.physical.notify(b.compacted)
 	} else if b.storedCompacted > s.compacted.Load() {
 		// Another Store compacted (shared storage); its notice may still be
 		// on its way.
@@ -158,7 +158,7 @@ type appliedBatch struct {
 	compacted, storedCompacted int64
 }
 
-func (s *Store) applyBatch(reqs []*request) (*appliedBatch, error) {
+func (s *Store) commitTx(reqs []*request) (*appliedBatch, error) {
 	tx, err := s.beginBatch(reqs)
 	if err != nil {
 		return nil, fmt.Errorf("begin write: %w", err)
@@ -186,7 +186,7 @@ func (s *Store) applyInTx(tx WriteTx, reqs []*request) (*appliedBatch, error) {
 			r.resp, r.err = b.auth.apply(r.req)
 			continue
 		}
-		a := &applier{ctx: s.ctx, tx: tx, w: tx, current: current, compacted: compacted}
+		a := &evaluator{ctx: s.ctx, tx: tx, w: tx, current: current, compacted: compacted}
 		res, err := a.apply(r.req)
 		if err != nil {
 			if isRequestError(err) && len(a.changes) == 0 {

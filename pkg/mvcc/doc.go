@@ -35,7 +35,7 @@
 //     batch; any other job (an entriesJob, a compaction step, a catch-up with
 //     a shared storage) runs alone, between batches, in queue order.
 //  4. The commit tail (commit.go) applies the batch in one transaction: the
-//     applier (apply.go, txn.go) evaluates each request against the
+//     evaluator (apply.go, txn.go) evaluates each request against the
 //     transaction and turns it into rows; lease and auth changes are only
 //     staged. On a shared storage BeginWrite takes the storage's revision
 //     lock, so commit order is revision order across servers; a replicated

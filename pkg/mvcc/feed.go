@@ -29,8 +29,8 @@ func (s *Store) follow(n Notice) {
 	if n.Resync {
 		what = ChangedLeases | ChangedAlarms | ChangedCompacted | ChangedAuth
 	}
-	if err := s.catchUp(s.ctx, 0, what); err != nil {
-		// The next notice, or the next local commit, catches up again.
+	if err := s.readLog(s.ctx, 0, what); err != nil {
+		// The next notice, or the next local commit, reads the log again.
 		s.log.Warn("follow the storage's commits", "rev", n.Rev, "err", err)
 		return
 	}
@@ -40,11 +40,11 @@ func (s *Store) follow(n Notice) {
 	}
 }
 
-// catchUp publishes every committed revision after the last one this Store
+// readLog publishes every committed revision after the last one this Store
 // published, up to upTo (0: the newest committed), and re-reads the state
 // named by what. It runs on the writer's goroutine only.
-func (s *Store) catchUp(ctx context.Context, upTo int64, what Changed) error {
-	tx, current, compacted, err := s.snapshot(ctx)
+func (s *Store) readLog(ctx context.Context, upTo int64, what Changed) error {
+	tx, current, compacted, err := s.beginRead(ctx)
 	if err != nil {
 		return err
 	}
@@ -55,7 +55,7 @@ func (s *Store) catchUp(ctx context.Context, upTo int64, what Changed) error {
 	if compacted > s.compacted.Load() {
 		s.compacted.Store(compacted)
 		if s.primary.Load() {
-			s.compactor.notify(compacted)
+			s.physical.notify(compacted)
 		}
 	}
 	if err := s.publishFrom(ctx, tx, upTo, compacted); err != nil {

@@ -14,7 +14,7 @@ import (
 // etcd's HashKV hashes its key bucket. Replicas that applied the same
 // requests and compacted to the same revision produce the same hash.
 func (s *Store) HashKV(ctx context.Context, rev int64) (*pb.HashKVResponse, error) {
-	tx, current, compacted, err := s.snapshot(ctx)
+	tx, current, compacted, err := s.beginRead(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -78,6 +78,6 @@ func hashAlive(ctx context.Context, tx ReadTx, h hash.Hash32, rev int64) error {
 		if len(kvs) < page {
 			return nil
 		}
-		from = append(append([]byte{}, kvs[len(kvs)-1].Key...), 0)
+		from = KeyAfter(kvs[len(kvs)-1].Key)
 	}
 }

@@ -172,7 +172,7 @@ func (s *Store) expiryLoop(ctx context.Context, interval time.Duration) {
 
 // batchLeases collects the lease grants and revokes of the current,
 // uncommitted batch, for the lessor's clocks once the batch is durable.
-// Whether a lease exists is asked of the transaction (applier.leaseExists).
+// Whether a lease exists is asked of the transaction (evaluator.leaseExists).
 type batchLeases struct {
 	base    *lessor
 	granted map[int64]Lease

@@ -72,7 +72,7 @@ func (c *pageCounts) rememberNextPage(r *pb.RangeRequest, resp *pb.RangeResponse
 		return
 	}
 	last := resp.Kvs[len(resp.Kvs)-1].Key
-	next := append(append(make([]byte, 0, len(last)+1), last...), 0)
+	next := KeyAfter(last)
 	c.put(rev, next, rangeEnd(r.RangeEnd), resp.Count-r.Limit)
 }
 

@@ -28,7 +28,7 @@ func (s *Store) roleLoop(ctx context.Context, roles <-chan bool) {
 			s.log.Info("role changed", "primary", primary)
 			if primary {
 				if _, compacted := s.Revisions(); compacted > 0 {
-					s.compactor.notify(compacted)
+					s.physical.notify(compacted)
 				}
 			}
 		}

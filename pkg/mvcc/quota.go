@@ -51,7 +51,7 @@ func (q *quota) check(r *pb.InternalRaftRequest) (raise bool, err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	// A member found corrupt stops every write until an operator disarms
-	// the alarm, as etcd's corrupt applier does.
+	// the alarm, as etcd's corrupt evaluator does.
 	if hasAlarm(q.alarms, pb.AlarmType_CORRUPT) {
 		return false, ErrCorrupt
 	}

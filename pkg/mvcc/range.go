@@ -19,6 +19,12 @@ func rangeEnd(end []byte) []byte {
 	return end
 }
 
+// KeyAfter returns the smallest key greater than key, key+"\x00": where
+// the next page of a list whose last key was key starts.
+func KeyAfter(key []byte) []byte {
+	return append(append(make([]byte, 0, len(key)+1), key...), 0)
+}
+
 // checkRevision applies etcd's rules for a requested read revision against
 // the current and compacted revisions of a snapshot. 0 means current.
 func checkRevision(rev, current, compacted int64) (int64, error) {

@@ -136,7 +136,7 @@ func (ra *readAhead) close() {
 func next(r *pb.RangeRequest, resp *pb.RangeResponse) *pb.RangeRequest {
 	last := resp.Kvs[len(resp.Kvs)-1].Key
 	n := &pb.RangeRequest{
-		Key:          append(append(make([]byte, 0, len(last)+1), last...), 0),
+		Key:          KeyAfter(last),
 		RangeEnd:     r.RangeEnd,
 		Limit:        r.Limit,
 		Revision:     r.Revision,

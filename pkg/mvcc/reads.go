@@ -15,9 +15,9 @@ import (
 // served from the live index (unchangedTx). None of it changes an answer:
 // every entry is a fact about a fixed revision, checked against the log.
 type readCache struct {
-	// snapshot opens a read transaction with its current and compacted
+	// beginRead opens a read transaction with its current and compacted
 	// revisions; revisions returns the Store's published ones.
-	snapshot  func(ctx context.Context) (ReadTx, int64, int64, error)
+	beginRead func(ctx context.Context) (ReadTx, int64, int64, error)
 	revisions func() (current, compacted int64)
 
 	pageCounts  *pageCounts
@@ -30,9 +30,9 @@ type readCache struct {
 	wg     sync.WaitGroup
 }
 
-func newReadCache(snapshot func(ctx context.Context) (ReadTx, int64, int64, error),
+func newReadCache(beginRead func(ctx context.Context) (ReadTx, int64, int64, error),
 	revisions func() (int64, int64), aheadBytes int64) *readCache {
-	c := &readCache{snapshot: snapshot, revisions: revisions, pageCounts: newPageCounts(), rangeCounts: newRangeCounts()}
+	c := &readCache{beginRead: beginRead, revisions: revisions, pageCounts: newPageCounts(), rangeCounts: newRangeCounts()}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.ahead = newReadAhead(c, aheadBytes)
 	return c
@@ -53,7 +53,7 @@ func (c *readCache) unchanged(tx ReadTx, current, compacted int64) *unchangedTx 
 
 // rangeUncounted answers r without counting the keys of the whole range.
 func (c *readCache) rangeUncounted(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
-	tx, current, compacted, err := c.snapshot(ctx)
+	tx, current, compacted, err := c.beginRead(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +86,7 @@ func (c *readCache) rangeCounted(ctx context.Context, r *pb.RangeRequest) (*pb.R
 // pageCounts. continued reports that r continues a paginated list (its
 // count was known from the previous page).
 func (c *readCache) readPage(ctx context.Context, r *pb.RangeRequest) (resp *pb.RangeResponse, continued bool, err error) {
-	tx, current, compacted, err := c.snapshot(ctx)
+	tx, current, compacted, err := c.beginRead(ctx)
 	if err != nil {
 		return nil, false, err
 	}

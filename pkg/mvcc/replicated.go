@@ -138,7 +138,7 @@ func (s *Store) Restore(ctx context.Context) error {
 }
 
 func (s *Store) restore(ctx context.Context) error {
-	tx, current, _, err := s.snapshot(ctx)
+	tx, current, _, err := s.beginRead(ctx)
 	if err != nil {
 		return err
 	}
@@ -147,7 +147,7 @@ func (s *Store) restore(ctx context.Context) error {
 		// A snapshot is only sent to a node that is behind it.
 		return fmt.Errorf("mvcc: restored storage is at revision %d, behind this node's %d", current, s.current.Load())
 	}
-	if err := s.catchUp(ctx, 0, ChangedLeases|ChangedAlarms|ChangedCompacted|ChangedAuth); err != nil {
+	if err := s.readLog(ctx, 0, ChangedLeases|ChangedAlarms|ChangedCompacted|ChangedAuth); err != nil {
 		return err
 	}
 	s.quota.refresh(ctx)

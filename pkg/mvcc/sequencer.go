@@ -74,7 +74,7 @@ type localSequencer struct{ s *Store }
 func (q *localSequencer) start() error {
 	if _, compacted := q.s.Revisions(); compacted > 0 {
 		// A crash may have cut a physical compaction short: finish it.
-		q.s.compactor.notify(compacted)
+		q.s.physical.notify(compacted)
 	}
 	return nil
 }

@@ -22,7 +22,7 @@ func (q *replicatedSequencer) start() error {
 	go s.roleLoop(s.ctx, q.repl.Primary())
 	if _, compacted := s.Revisions(); compacted > 0 {
 		// Physical compaction is every node's own work.
-		s.compactor.notify(compacted)
+		s.physical.notify(compacted)
 	}
 	if err := q.repl.Start(s); err != nil {
 		return fmt.Errorf("start replication: %w", err)

@@ -55,7 +55,7 @@ func (q *sharedSequencer) write(ctx context.Context, r *pb.InternalRaftRequest) 
 func (q *sharedSequencer) readBarrier(context.Context) error { return nil }
 
 func (q *sharedSequencer) sync(ctx context.Context) error {
-	j := &catchUpJob{waiter: newWaiter()}
+	j := &syncJob{waiter: newWaiter()}
 	return q.s.enqueue(ctx, j, &j.waiter)
 }
 
@@ -80,7 +80,7 @@ func (q *sharedSequencer) renewLease(ctx context.Context, id int64) (int64, erro
 	return ttl, nil
 }
 
-// leaseTimeToLive first catches up: the lease may have been granted or
+// leaseTimeToLive first syncs: the lease may have been granted or
 // revoked through another server a moment ago, and the answer must be
 // linearizable as etcd's (which asks its leader) is.
 func (q *sharedSequencer) leaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {

@@ -26,7 +26,7 @@ type Config struct {
 	MaxBatch int
 	// CompactBatchRevisions bounds the revisions one physical compaction
 	// step walks before it lets writers in again (1000); within it the
-	// step follows how long steps take (compactor.go).
+	// step follows how long steps take (compact_physical.go).
 	CompactBatchRevisions int64
 	// MinLeaseTTL is the smallest TTL a lease gets (etcd: 2 s with default
 	// election timing).
@@ -108,13 +108,13 @@ type Store struct {
 	primary atomic.Bool
 
 	// writec is the writer's queue (writer.go).
-	writec    chan job
-	lessor    *lessor
-	quota     *quota
-	compactor *compactor
-	hub       *watchHub
-	auth      *authority
-	reads     *readCache
+	writec   chan job
+	lessor   *lessor
+	quota    *quota
+	physical *physicalCompactor
+	hub      *watchHub
+	auth     *authority
+	reads    *readCache
 	// diskFullWarned is when a full disk was last logged (writer only).
 	diskFullWarned time.Time
 
@@ -154,9 +154,9 @@ func Open(ctx context.Context, b Backend, cfg Config) (*Store, error) {
 	if s.auth, err = openAuth(ctx, b, cfg, s.log); err != nil {
 		return nil, err
 	}
-	s.reads = newReadCache(s.snapshot, s.Revisions, cfg.ReadAheadBytes)
+	s.reads = newReadCache(s.beginRead, s.Revisions, cfg.ReadAheadBytes)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.compactor = newCompactor(s, cfg.CompactBatchRevisions)
+	s.physical = newPhysicalCompactor(s, cfg.CompactBatchRevisions)
 	s.hub = newWatchHub(hubConfig{
 		history:          s.history,
 		compacted:        func() int64 { return s.compacted.Load() },
@@ -167,7 +167,7 @@ func Open(ctx context.Context, b Backend, cfg Config) (*Store, error) {
 	})
 	s.wg.Add(3)
 	go s.writeLoop()
-	go s.compactor.loop(s.ctx)
+	go s.physical.loop(s.ctx)
 	go s.expiryLoop(s.ctx, 500*time.Millisecond)
 	if err := s.seq.start(); err != nil {
 		s.Close()
@@ -209,9 +209,9 @@ func (s *Store) load(ctx context.Context) (current, compacted int64, leases []Le
 	return current, compacted, leases, alarms, nil
 }
 
-// snapshot opens a read snapshot and reads its revisions. The caller ends
+// beginRead opens a read transaction and reads its revisions. The caller ends
 // it with Rollback.
-func (s *Store) snapshot(ctx context.Context) (tx ReadTx, current, compacted int64, err error) {
+func (s *Store) beginRead(ctx context.Context) (tx ReadTx, current, compacted int64, err error) {
 	if tx, err = s.b.BeginRead(ctx); err != nil {
 		return nil, 0, 0, fmt.Errorf("begin read: %w", err)
 	}
@@ -224,7 +224,7 @@ func (s *Store) snapshot(ctx context.Context) (tx ReadTx, current, compacted int
 
 // history serves the watch hub's catch-up reads from one snapshot.
 func (s *Store) history(ctx context.Context, fromRev, toRev int64, limit int, withPrev bool) ([]Change, int64, error) {
-	tx, _, compacted, err := s.snapshot(ctx)
+	tx, _, compacted, err := s.beginRead(ctx)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -342,12 +342,12 @@ func (s *Store) readTxn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse,
 	if err := s.linearizable(ctx, false); err != nil {
 		return nil, err
 	}
-	tx, current, compacted, err := s.snapshot(ctx)
+	tx, current, compacted, err := s.beginRead(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback()
-	a := &applier{ctx: ctx, tx: tx, current: current, compacted: compacted}
+	a := &evaluator{ctx: ctx, tx: tx, current: current, compacted: compacted}
 	return a.applyTxn(r)
 }
 
@@ -359,7 +359,7 @@ func (s *Store) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Compa
 		return nil, err
 	}
 	if r.Physical {
-		if err := s.compactor.wait(ctx, r.Revision); err != nil {
+		if err := s.physical.wait(ctx, r.Revision); err != nil {
 			return nil, err
 		}
 	}
@@ -421,7 +421,7 @@ func (s *Store) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.
 	if err := s.linearizable(ctx, false); err != nil {
 		return nil, err
 	}
-	tx, current, _, err := s.snapshot(ctx)
+	tx, current, _, err := s.beginRead(ctx)
 	if err != nil {
 		return nil, err
 	}

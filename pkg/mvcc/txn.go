@@ -12,7 +12,7 @@ import (
 // level (evaluated against the state before the txn), every chosen operation
 // is checked before anything is written, then the operations run in order,
 // each seeing the writes before it. All changes share one revision.
-func (a *applier) applyTxn(t *pb.TxnRequest) (*pb.TxnResponse, error) {
+func (a *evaluator) applyTxn(t *pb.TxnRequest) (*pb.TxnResponse, error) {
 	// Until executeTxn writes, a key's live row is read once (liveRow).
 	a.before = map[string]*mvccpb.KeyValue{}
 	defer func() { a.before = nil }()
@@ -38,7 +38,7 @@ func (a *applier) applyTxn(t *pb.TxnRequest) (*pb.TxnResponse, error) {
 
 // txnPath records, depth first, the branch taken by t and by every nested
 // txn of the taken branches.
-func (a *applier) txnPath(t *pb.TxnRequest) ([]bool, error) {
+func (a *evaluator) txnPath(t *pb.TxnRequest) ([]bool, error) {
 	ok, err := a.compares(t.Compare)
 	if err != nil {
 		return nil, err
@@ -63,7 +63,7 @@ func branch(t *pb.TxnRequest, ok bool) []*pb.RequestOp {
 	return t.Failure
 }
 
-func (a *applier) compares(cs []*pb.Compare) (bool, error) {
+func (a *evaluator) compares(cs []*pb.Compare) (bool, error) {
 	for _, c := range cs {
 		ok, err := a.compare(c)
 		if err != nil || !ok {
@@ -75,7 +75,7 @@ func (a *applier) compares(cs []*pb.Compare) (bool, error) {
 
 // compare follows etcd: over a range every existing key must satisfy it; a
 // VALUE compare on no key fails; other targets on no key compare zero values.
-func (a *applier) compare(c *pb.Compare) (bool, error) {
+func (a *evaluator) compare(c *pb.Compare) (bool, error) {
 	var kvs []*mvccpb.KeyValue
 	if len(c.RangeEnd) == 0 {
 		// One key: its live row, shared with a put of the same key.
@@ -146,7 +146,7 @@ func cmpInt(a, b int64) int {
 
 // checkTxn validates the chosen operations before any write, so a rejected
 // txn leaves no trace. It records the previous row of each put's key.
-func (a *applier) checkTxn(t *pb.TxnRequest, path []bool, prevs map[string]*mvccpb.KeyValue) (int, error) {
+func (a *evaluator) checkTxn(t *pb.TxnRequest, path []bool, prevs map[string]*mvccpb.KeyValue) (int, error) {
 	used := 0
 	for _, op := range branch(t, path[0]) {
 		switch r := op.Request.(type) {
@@ -182,7 +182,7 @@ func (a *applier) checkTxn(t *pb.TxnRequest, path []bool, prevs map[string]*mvcc
 
 // newTxnResp allocates the response tree for the taken path; nested txn
 // responses carry an empty header, as etcd's do.
-func (a *applier) newTxnResp(t *pb.TxnRequest, path []bool) (*pb.TxnResponse, int, error) {
+func (a *evaluator) newTxnResp(t *pb.TxnRequest, path []bool) (*pb.TxnResponse, int, error) {
 	ops := branch(t, path[0])
 	resp := &pb.TxnResponse{Succeeded: path[0], Header: &pb.ResponseHeader{}, Responses: make([]*pb.ResponseOp, len(ops))}
 	used := 0
@@ -212,7 +212,7 @@ func (a *applier) newTxnResp(t *pb.TxnRequest, path []bool) (*pb.TxnResponse, in
 	return resp, used, nil
 }
 
-func (a *applier) executeTxn(t *pb.TxnRequest, path []bool, resp *pb.TxnResponse, prevs map[string]*mvccpb.KeyValue) (int, error) {
+func (a *evaluator) executeTxn(t *pb.TxnRequest, path []bool, resp *pb.TxnResponse, prevs map[string]*mvccpb.KeyValue) (int, error) {
 	used := 0
 	for i, op := range branch(t, path[0]) {
 		out := resp.Responses[i].Response
@@ -266,7 +266,7 @@ func (a *applier) executeTxn(t *pb.TxnRequest, path []bool, resp *pb.TxnResponse
 // checkTxn unless the txn has deleted keys since: etcd lets a from-key delete
 // and a put of one of its keys share a txn, and then the put creates the key
 // anew (version 1, create revision = this revision).
-func (a *applier) prevAtExecution(key []byte, prevs map[string]*mvccpb.KeyValue) (*mvccpb.KeyValue, error) {
+func (a *evaluator) prevAtExecution(key []byte, prevs map[string]*mvccpb.KeyValue) (*mvccpb.KeyValue, error) {
 	if !a.deleted {
 		return prevs[string(key)], nil
 	}

@@ -14,7 +14,7 @@ import (
 )
 
 // readCounter is a real SQLite backend whose write transactions count the
-// reads the applier makes through them.
+// reads the evaluator makes through them.
 type readCounter struct {
 	mvcc.Backend
 	mu           sync.Mutex

@@ -53,10 +53,10 @@ type maintainJob struct {
 	fn  func(ctx context.Context, tx WriteTx) error
 }
 
-// catchUpJob makes the feed include every revision the storage has
+// syncJob makes the feed include every revision the storage has
 // committed so far, and re-reads leases, alarms and the compacted revision
 // (a shared storage's other Stores may have changed them).
-type catchUpJob struct{ waiter }
+type syncJob struct{ waiter }
 
 // followJob handles one notice of a shared storage's feed; nobody waits
 // for it.
@@ -78,8 +78,8 @@ func (j *writeJob) run(s *Store) { s.writeBatch([]*writeJob{j}) }
 
 func (j *maintainJob) run(s *Store) { j.finish(s.maintainTx(j.fn)) }
 
-func (j *catchUpJob) run(s *Store) {
-	j.finish(s.catchUp(s.ctx, 0, ChangedLeases|ChangedAlarms|ChangedCompacted))
+func (j *syncJob) run(s *Store) {
+	j.finish(s.readLog(s.ctx, 0, ChangedLeases|ChangedAlarms|ChangedCompacted))
 }
 
 func (j *followJob) run(s *Store) { s.follow(j.n) }

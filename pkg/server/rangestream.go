@@ -1,12 +1,13 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"math"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/kite-db/kite/pkg/mvcc"
 )
 
 // initialStreamChunkLimit is the key count of a RangeStream's first chunk
@@ -119,7 +120,7 @@ func (s *kvServer) readChunks(ctx context.Context, r *pb.RangeRequest, out chan<
 		more := resp.More && len(resp.Kvs) > 0
 		var nextKey []byte
 		if more {
-			nextKey = append(bytes.Clone(resp.Kvs[len(resp.Kvs)-1].Key), 0)
+			nextKey = mvcc.KeyAfter(resp.Kvs[len(resp.Kvs)-1].Key)
 		}
 		chunk := &pb.RangeResponse{Kvs: resp.Kvs}
 		done := !more || count >= totalLimit

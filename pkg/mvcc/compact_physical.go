@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// compactor removes the rows a compaction made unreadable. The Compact
+// physicalCompactor removes the rows a compaction made unreadable. The Compact
 // request itself only moves the compacted revision (reads below it fail from
 // then on); the physical removal walks the revisions up to it in steps, each
 // step a short write transaction queued between client batches, so writers
@@ -20,7 +20,7 @@ import (
 // a step of 1,000 revisions took 30-85 ms, above the 50 ms a compaction may
 // add to a write. The step size therefore follows the measured time: each
 // step aims at stepTarget, between minCompactStep and maxStep revisions.
-type compactor struct {
+type physicalCompactor struct {
 	s       *Store
 	maxStep int64
 	step    int64 // the next step's revisions; set by loop between steps, read by the step it sizes
@@ -42,8 +42,8 @@ const stepTarget = 10 * time.Millisecond
 // slow fsync on a busy disk).
 const minCompactStep = 16
 
-func newCompactor(s *Store, maxStep int64) *compactor {
-	return &compactor{s: s, maxStep: maxStep, step: min(maxStep, 128),
+func newPhysicalCompactor(s *Store, maxStep int64) *physicalCompactor {
+	return &physicalCompactor{s: s, maxStep: maxStep, step: min(maxStep, 128),
 		wake: make(chan struct{}, 1), waiters: map[int64][]chan struct{}{}}
 }
 
@@ -60,7 +60,7 @@ func nextStep(step int64, held time.Duration, maxStep int64) int64 {
 }
 
 // notify records a new compacted revision.
-func (c *compactor) notify(rev int64) {
+func (c *physicalCompactor) notify(rev int64) {
 	c.mu.Lock()
 	if rev > c.target {
 		c.target = rev
@@ -73,7 +73,7 @@ func (c *compactor) notify(rev int64) {
 }
 
 // wait blocks until revisions <= rev are physically compacted.
-func (c *compactor) wait(ctx context.Context, rev int64) error {
+func (c *physicalCompactor) wait(ctx context.Context, rev int64) error {
 	c.mu.Lock()
 	if c.done >= rev {
 		c.mu.Unlock()
@@ -95,7 +95,7 @@ func (c *compactor) wait(ctx context.Context, rev int64) error {
 // (the newest version of each key at that revision) may be superseded at the
 // new one. Each step first finds the next stored row, so sparse stretches of
 // history cost one index probe, not one step per revision.
-func (c *compactor) loop(ctx context.Context) {
+func (c *physicalCompactor) loop(ctx context.Context) {
 	defer c.s.wg.Done()
 	// The target of the current walk and its cursor; nothing to walk yet.
 	walk, from := int64(0), int64(1)
@@ -137,7 +137,7 @@ func (c *compactor) loop(ctx context.Context) {
 // stepFrom compacts one step of at most c.step revisions starting at the
 // first stored row at or after from, returns where the next step starts,
 // and sizes the next step by how long this one held the writer.
-func (c *compactor) stepFrom(ctx context.Context, target, from int64) (int64, error) {
+func (c *physicalCompactor) stepFrom(ctx context.Context, target, from int64) (int64, error) {
 	next := target + 1
 	var start, removed int64
 	var began time.Time
@@ -171,7 +171,7 @@ func (c *compactor) stepFrom(ctx context.Context, target, from int64) (int64, er
 	return next, err
 }
 
-func (c *compactor) advance(to int64) {
+func (c *physicalCompactor) advance(to int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.done = to
