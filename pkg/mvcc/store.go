@@ -104,7 +104,8 @@ type Store struct {
 	compacted atomic.Int64
 	// primary is set while this Store runs the jobs that must run once per
 	// storage (lease expiry, automatic and physical compaction): always for
-	// a local storage, as the sequencer's role changes otherwise.
+	// a local storage; otherwise while the shared storage or the replicated
+	// log says this Store holds the role (primary.go).
 	primary atomic.Bool
 
 	// writec is the writer's queue (writer.go).
