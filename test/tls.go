@@ -118,25 +118,25 @@ func startKiteTLS(t *testing.T, setup tlsSetup) (string, error) {
 		cmd.Process.Kill()
 		<-exited
 		if t.Failed() {
-			t.Logf("kite log (tail):\n%s", log.tail(4096))
+			t.Logf("kite log (tail):\n%s", log.Tail(4096))
 		}
 	})
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
 		case <-exited:
-			return "", fmt.Errorf("kite exited: %s", log.tail(2048))
+			return "", fmt.Errorf("kite exited: %s", log.Tail(2048))
 		default:
 		}
 		// A raftsql member answers /health once its cluster has a leader,
 		// as etcd's does.
-		if l := log.tail(1 << 20); strings.Contains(l, "serving client traffic securely") &&
+		if l := log.Tail(1 << 20); strings.Contains(l, "serving client traffic securely") &&
 			(!strings.HasPrefix(datastore, "raftsql") || strings.Contains(l, "elected leader")) {
 			return addr, nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return "", fmt.Errorf("kite not serving TLS in time: %s", log.tail(2048))
+	return "", fmt.Errorf("kite not serving TLS in time: %s", log.Tail(2048))
 }
 
 // httpsHealth asks /health over a new TLS connection, HTTP/2 (what curl
