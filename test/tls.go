@@ -7,11 +7,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +18,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kite-db/kite/pkg/server/tlstest"
+
+	"github.com/kite-db/kite/internal/testenv"
 )
 
 // tlsSetup is one client TLS configuration, given to etcd as embed.Config
@@ -106,17 +106,12 @@ func startKiteTLS(t *testing.T, setup tlsSetup) (string, error) {
 		"--listen-client-urls", "https://" + addr, "--log-level", "info",
 	}, append(freshStorageFlags(t), setup.kiteFlags()...)...)
 	log := &syncBuffer{}
-	cmd := exec.Command(kiteBin, args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	p, err := testenv.Start(testenv.Command{Argv: append([]string{kiteBin}, args...), Out: log})
+	if err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited
+		p.Kill()
 		if t.Failed() {
 			t.Logf("kite log (tail):\n%s", log.Tail(4096))
 		}
@@ -124,7 +119,7 @@ func startKiteTLS(t *testing.T, setup tlsSetup) (string, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
-		case <-exited:
+		case <-p.Exited():
 			return "", fmt.Errorf("kite exited: %s", log.Tail(2048))
 		default:
 		}
