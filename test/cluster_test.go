@@ -106,13 +106,13 @@ func startClusterOf(t *testing.T, n int, c *cluster) *cluster {
 	// All first: no member serves before a quorum runs.
 	for _, m := range c.members {
 		if err := m.start(); err != nil {
-			t.Fatalf("start member %s: %v\nlog:\n%s", m.name, err, m.log.tail(8192))
+			t.Fatalf("start member %s: %v\nlog:\n%s", m.name, err, m.log.Tail(8192))
 		}
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for _, m := range c.members {
 		if err := m.waitServing(deadline); err != nil {
-			t.Fatalf("member %s: %v\nlog:\n%s", m.name, err, m.log.tail(8192))
+			t.Fatalf("member %s: %v\nlog:\n%s", m.name, err, m.log.Tail(8192))
 		}
 	}
 	c.leaderIndex(t)
@@ -285,7 +285,7 @@ func (m *clusterMember) Restart() {
 		err = m.waitServing(time.Now().Add(30 * time.Second))
 	}
 	if err != nil {
-		m.t.Fatalf("restart member %s: %v\nlog:\n%s", m.name, err, m.log.tail(8192))
+		m.t.Fatalf("restart member %s: %v\nlog:\n%s", m.name, err, m.log.Tail(8192))
 	}
 }
 
@@ -387,9 +387,9 @@ func runToExit(t *testing.T, args []string, timeout time.Duration) (string, int)
 	case <-time.After(timeout):
 		cmd.Process.Kill()
 		<-done
-		t.Fatalf("%v still running after %v; output:\n%s", args, timeout, out.tail(8192))
+		t.Fatalf("%v still running after %v; output:\n%s", args, timeout, out.Tail(8192))
 	}
-	return out.tail(1 << 20), cmd.ProcessState.ExitCode()
+	return out.Tail(1 << 20), cmd.ProcessState.ExitCode()
 }
 
 // putEventually retries a put through m until it succeeds or timeout
@@ -460,14 +460,14 @@ func (c *cluster) addMember(t *testing.T, via *clusterMember, learner bool) (*cl
 func (m *clusterMember) startJoined(t *testing.T) {
 	t.Helper()
 	if err := m.start(); err != nil {
-		t.Fatalf("start member %s: %v\nlog:\n%s", m.name, err, m.log.tail(8192))
+		t.Fatalf("start member %s: %v\nlog:\n%s", m.name, err, m.log.Tail(8192))
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	var last error
 	for time.Now().Before(deadline) {
 		select {
 		case <-m.exited:
-			t.Fatalf("member %s exited (%v) before serving\nlog:\n%s", m.name, m.cmd.ProcessState, m.log.tail(8192))
+			t.Fatalf("member %s exited (%v) before serving\nlog:\n%s", m.name, m.cmd.ProcessState, m.log.Tail(8192))
 		default:
 		}
 		st, err := m.status()
@@ -489,7 +489,7 @@ func (m *clusterMember) startJoined(t *testing.T) {
 		last = err
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("joined member %s not serving in time: %v\nlog:\n%s", m.name, last, m.log.tail(8192))
+	t.Fatalf("joined member %s not serving in time: %v\nlog:\n%s", m.name, last, m.log.Tail(8192))
 }
 
 // newMembers adds n members, not started, on free ports: member i named
@@ -518,7 +518,7 @@ func (c *cluster) newMembers(n int, name, peerHost func(int) string) {
 		for _, m := range c.members {
 			m.kiteProcess.stop()
 			if t.Failed() {
-				t.Logf("member %s log (tail):\n%s", m.name, m.log.tail(8192))
+				t.Logf("member %s log (tail):\n%s", m.name, m.log.Tail(8192))
 			}
 		}
 	})

@@ -318,11 +318,11 @@ func TestCopyKilled(t *testing.T) {
 				t.Fatal(err)
 			}
 			deadline := time.Now().Add(time.Minute)
-			for !strings.Contains(log.tail(4096), "pausing") {
+			for !strings.Contains(log.Tail(4096), "pausing") {
 				if time.Now().After(deadline) {
 					cmd.Process.Kill()
 					cmd.Wait()
-					t.Fatalf("copy never reached the commit:\n%s", log.tail(4096))
+					t.Fatalf("copy never reached the commit:\n%s", log.Tail(4096))
 				}
 				time.Sleep(20 * time.Millisecond)
 			}

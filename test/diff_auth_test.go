@@ -258,7 +258,7 @@ func TestDiffAuth(t *testing.T) {
 	if _, err := withToken(tok.Token, put("a", "secret-by-token"))(ctx, p.kite.server); err != nil {
 		t.Fatal(err)
 	}
-	log := p.kite.log.tail(1 << 22)
+	log := p.kite.log.Tail(1 << 22)
 	for _, secret := range []string{"rootpw", "alicepw", "bobpw", tok.Token} {
 		if strings.Contains(log, secret) {
 			t.Errorf("kite's log holds %q", secret)

@@ -227,13 +227,13 @@ func watchLines(t *testing.T, endpoint string, n int, args ...string) string {
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if strings.Count(buf.tail(1<<20), "\n") >= n {
+		if strings.Count(buf.Tail(1<<20), "\n") >= n {
 			time.Sleep(300 * time.Millisecond) // anything extra would show too
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return buf.tail(1 << 20)
+	return buf.Tail(1 << 20)
 }
 
 // TestEtcdctlAuth: an operator's auth session with etcdctl's user, role

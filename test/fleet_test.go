@@ -102,7 +102,7 @@ func (w *watchers) waitFor(t *testing.T, ks []*kiteProcess, rev int64) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("server %d's watcher has not reached revision %d (has %d events)\nlog:\n%s", i, rev, n, ks[i].log.tail(4096))
+				t.Fatalf("server %d's watcher has not reached revision %d (has %d events)\nlog:\n%s", i, rev, n, ks[i].log.Tail(4096))
 			}
 			time.Sleep(20 * time.Millisecond)
 		}

@@ -15,19 +15,14 @@
 package test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -38,6 +33,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
+	"github.com/kite-db/kite/internal/testenv"
 	"github.com/kite-db/kite/pkg/drivers/postgres/pgtest"
 	"github.com/kite-db/kite/pkg/drivers/sqlite"
 	"github.com/kite-db/kite/pkg/mvcc"
@@ -129,19 +125,16 @@ func raftPeers(t testing.TB) []string {
 	for i := 1; i < len(names); i++ {
 		ep := "http://127.0.0.1:" + strconv.Itoa(port())
 		log := &syncBuffer{}
-		cmd := exec.Command(kiteBin, append([]string{"--name", names[i], "--data-dir", dirs[i],
+		p, err := testenv.Start(testenv.Command{Argv: append([]string{kiteBin, "--name", names[i], "--data-dir", dirs[i],
 			"--listen-client-urls", ep, "--advertise-client-urls", ep, "--log-level", "warn",
-			"--listen-peer-urls", peers[i], "--initial-advertise-peer-urls", peers[i]}, common...)...)
-		cmd.Stdout, cmd.Stderr = log, log
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
+			"--listen-peer-urls", peers[i], "--initial-advertise-peer-urls", peers[i]}, common...), Out: log})
+		if err != nil {
 			t.Fatalf("start raft peer %s: %v", names[i], err)
 		}
 		t.Cleanup(func() {
-			cmd.Process.Kill()
-			cmd.Wait()
+			p.Kill()
 			if t.Failed() {
-				t.Logf("raft peer %s log (tail):\n%s", names[i], log.tail(4096))
+				t.Logf("raft peer %s log (tail):\n%s", names[i], log.Tail(4096))
 			}
 		})
 	}
@@ -175,52 +168,15 @@ func emptySnapshot(t testing.TB) string {
 	return path
 }
 
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	return filepath.Dir(strings.TrimSpace(string(out))), nil
-}
-
-func goBuild(root, out, pkg string) error {
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
-	}
-	return nil
-}
-
-// freePort returns a loopback port that was free a moment ago, picked
-// below the kernel's ephemeral range. A port from bind(:0) lies inside
-// that range, and a server that is stopped and started again on it (a
-// restarted Postgres, a crashed kite) can find it taken by one of the
-// thousands of outgoing connections the tests make meanwhile.
+// freePort returns a loopback port that was free a moment ago
+// (testenv.FreePort says why it is not one from bind(:0)).
 func freePort(t testing.TB) int {
 	t.Helper()
-	low := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil {
-				low = n
-			}
-		}
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if low <= 21000 {
-		low = 32768 // an unusual range: fall back to the default's floor
-	}
-	for range 1000 {
-		port := 20000 + rand.IntN(low-20000)
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		return port
-	}
-	t.Fatalf("free port: none free in 20000-%d", low-1)
-	return 0
+	return port
 }
 
 // server is one etcd-compatible endpoint with its clients.
@@ -342,34 +298,22 @@ func startEtcd(t testing.TB, flags ...string) *etcdServer {
 }
 
 func (es *etcdServer) start() error {
-	cfg := embed.NewConfig()
-	cfg.Name = "t"
-	cfg.Dir = es.dir
-	cu := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(es.clientPort)}
-	pu := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(es.peerPort)}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.LogLevel = "error"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	if es.cfg.authToken != "" {
-		cfg.AuthToken = es.cfg.authToken
-	}
-	if es.cfg.progressNotify > 0 {
-		cfg.WatchProgressNotifyInterval = es.cfg.progressNotify
-	}
-	e, err := embed.StartEtcd(cfg)
+	cu := "http://127.0.0.1:" + strconv.Itoa(es.clientPort)
+	e, err := testenv.StartEtcd(context.Background(), testenv.EtcdConfig{
+		Name:                        "t",
+		Dir:                         es.dir,
+		ClientURL:                   cu,
+		PeerURL:                     "http://127.0.0.1:" + strconv.Itoa(es.peerPort),
+		AuthToken:                   es.cfg.authToken,
+		WatchProgressNotifyInterval: es.cfg.progressNotify,
+		Logger:                      zap.NewNop(),
+		ReadyTimeout:                30 * time.Second,
+	})
 	if err != nil {
 		return err
 	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		e.Close()
-		return fmt.Errorf("embedded etcd not ready in 30s")
-	}
 	es.e = e
-	if err := es.connect(cu.String()); err != nil {
+	if err := es.connect(cu); err != nil {
 		e.Close()
 		return err
 	}
@@ -428,7 +372,7 @@ func startKiteIn(t testing.TB, dataDir string, extraFlags ...string) *kiteProces
 	t.Cleanup(func() {
 		k.stop()
 		if t.Failed() {
-			t.Logf("kite log (tail):\n%s", k.log.tail(8192))
+			t.Logf("kite log (tail):\n%s", k.log.Tail(8192))
 		}
 	})
 	var err error
@@ -439,7 +383,7 @@ func startKiteIn(t testing.TB, dataDir string, extraFlags ...string) *kiteProces
 		}
 		k.stop()
 	}
-	t.Fatalf("start kite: %v\nlog:\n%s", err, k.log.tail(8192))
+	t.Fatalf("start kite: %v\nlog:\n%s", err, k.log.Tail(8192))
 	return nil
 }
 
@@ -501,31 +445,12 @@ func (k *kiteProcess) Restart() {
 	}
 	fmt.Fprintf(k.log, "\n----- restart -----\n")
 	if err := k.start(); err != nil {
-		k.t.Fatalf("restart kite: %v\nlog:\n%s", err, k.log.tail(8192))
+		k.t.Fatalf("restart kite: %v\nlog:\n%s", err, k.log.Tail(8192))
 	}
 }
 
 // syncBuffer collects a child's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) tail(n int) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.b.Bytes()
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
-}
+type syncBuffer = testenv.LogBuffer
 
 // ctx returns a context bounded by a generous timeout, canceled at cleanup.
 func testCtx(t testing.TB, d time.Duration) context.Context {

@@ -3,23 +3,24 @@ package test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kite-db/kite/internal/testenv"
 )
 
 // kine (github.com/k3s-io/kine, k3s's etcd shim) is a source users move to
 // kite from. It is not a dependency of kite's module: kineBin builds it
-// with `kite-bench build-kine`, which runs `go install` on kine's own
-// module at the version kite-bench pins (v0.17.5) into kite-bench's cache
-// directory, so the tests and kite-bench share one build and neither
-// touches kite's go.mod. KITE_TEST_KINE=PATH uses a kine binary instead.
+// with testenv.BuildKine (go install of kine's own module at the version
+// testenv pins) into the cache directory kite-bench uses too, so the
+// tests and kite-bench share one build and neither touches kite's go.mod.
+// KITE_TEST_KINE=PATH uses a kine binary instead.
 var (
 	kineOnce sync.Once
 	kinePath string
@@ -33,7 +34,7 @@ func kineBin(t testing.TB) string {
 	t.Helper()
 	kineOnce.Do(func() { kinePath, kineErr = findKine() })
 	if kineErr != nil {
-		msg := fmt.Sprintf("kine v0.17.5 unavailable (set KITE_TEST_KINE to a kine binary, or let `go run ./cmd/kite-bench build-kine` reach the Go module proxy): %v", kineErr)
+		msg := fmt.Sprintf("kine %s unavailable (set KITE_TEST_KINE to a kine binary, or let the go command reach the Go module proxy to build it): %v", testenv.KineVersion, kineErr)
 		if os.Getenv("CI") == "true" {
 			t.Fatal(msg)
 		}
@@ -46,23 +47,13 @@ func findKine() (string, error) {
 	if p := os.Getenv("KITE_TEST_KINE"); p != "" {
 		return exec.LookPath(p)
 	}
-	root, err := moduleRoot()
+	dir, err := testenv.DefaultKineDir()
 	if err != nil {
 		return "", err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "run", "./cmd/kite-bench", "build-kine")
-	cmd.Dir = root
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("go run ./cmd/kite-bench build-kine: %w\n%s", err, stderr.String())
-	}
-	// build-kine prints the binary's path as its last line.
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	return exec.LookPath(lines[len(lines)-1])
+	return testenv.BuildKine(ctx, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), dir)
 }
 
 // kineProcess is kine serving etcd clients on a loopback port, on its
@@ -85,7 +76,7 @@ func startKine(t testing.TB) *kineProcess {
 			return k
 		}
 	}
-	t.Fatalf("start kine: %v\nlog:\n%s", err, k.log.tail(8192))
+	t.Fatalf("start kine: %v\nlog:\n%s", err, k.log.Tail(8192))
 	return nil
 }
 
@@ -94,29 +85,27 @@ func (k *kineProcess) start(t testing.TB, bin string) error {
 	// --metrics-bind-address 0: kine's metrics would listen on every
 	// interface's port 8080. Its compactor is off by default (v0.17.5):
 	// only the Compact calls the test makes compact it.
-	cmd := exec.Command(bin, "--listen-address", addr, "--metrics-bind-address", "0")
-	cmd.Dir = k.dir
-	cmd.Env = append(os.Environ(), "KINE_ENDPOINT=") // its default SQLite, whatever the caller's environment says
-	cmd.Stdout, cmd.Stderr = k.log, k.log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", bin, err)
+	p, err := testenv.Start(testenv.Command{
+		Argv: []string{bin, "--listen-address", addr, "--metrics-bind-address", "0"},
+		Dir:  k.dir,
+		Env:  []string{"KINE_ENDPOINT="}, // its default SQLite, whatever the caller's environment says
+		Out:  k.log,
+	})
+	if err != nil {
+		return err
 	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
 	stop := func() {
 		if k.Client != nil {
 			k.Client.Close()
 			k.Client = nil
 		}
-		cmd.Process.Kill()
-		<-exited
+		p.Kill()
 	}
 	if err := k.connect("http://" + addr); err != nil {
 		stop()
 		return fmt.Errorf("connect to kine: %w", err)
 	}
-	if err := k.waitReady(time.Now().Add(30*time.Second), exited); err != nil {
+	if err := k.waitReady(time.Now().Add(30*time.Second), p.Exited()); err != nil {
 		stop()
 		return fmt.Errorf("kine on %s: %w", addr, err)
 	}
@@ -127,7 +116,7 @@ func (k *kineProcess) start(t testing.TB, bin string) error {
 	t.Cleanup(func() {
 		stop()
 		if t.Failed() {
-			t.Logf("kine log (tail):\n%s", k.log.tail(4096))
+			t.Logf("kine log (tail):\n%s", k.log.Tail(4096))
 		}
 	})
 	return nil

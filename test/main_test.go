@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/kite-db/kite/internal/testenv"
 )
 
 // TestMain builds kite and etcdctl once for the whole test process.
@@ -14,17 +16,16 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	root, err := moduleRoot()
+	root, err := testenv.ModuleRoot(".")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
 	if !againstEtcd {
-		kiteBin = filepath.Join(dir, "kite")
-		kiteBuildErr = goBuild(root, kiteBin, "./cmd/kite")
+		kiteBin, kiteBuildErr = testenv.BuildKite(root, dir)
 	}
 	etcdctlBin = filepath.Join(dir, "etcdctl")
-	ctlBuildE = goBuild(root, etcdctlBin, "go.etcd.io/etcd/etcdctl/v3")
+	ctlBuildE = testenv.GoBuild(root, etcdctlBin, "go.etcd.io/etcd/etcdctl/v3")
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

@@ -157,7 +157,7 @@ func primaryOf(t *testing.T, ks []*kiteProcess) int {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		for i, k := range ks {
-			if strings.Contains(k.log.tail(1<<20), "primary=true") {
+			if strings.Contains(k.log.Tail(1<<20), "primary=true") {
 				return i
 			}
 		}

@@ -30,7 +30,7 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	}
 	defer func() {
 		for i, k := range ks {
-			if log := k.log.tail(64 << 20); strings.Contains(log, password) {
+			if log := k.log.Tail(64 << 20); strings.Contains(log, password) {
 				t.Errorf("server %d logged the database password", i)
 			}
 		}
@@ -64,7 +64,7 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	for i, k := range ks {
 		resp, err := k.Client.Put(ctx, fmt.Sprintf("%send%d", prefix, i), "end")
 		if err != nil {
-			t.Fatalf("server %d after the restart: %v\nlog:\n%s", i, err, k.log.tail(4096))
+			t.Fatalf("server %d after the restart: %v\nlog:\n%s", i, err, k.log.Tail(4096))
 		}
 		last = max(last, resp.Header.Revision)
 	}

@@ -188,7 +188,7 @@ func TestRaftSQLSnapshotCatchUp(t *testing.T) {
 	ws.waitFor(t, c.procs(), last)
 	events := ws.stop()
 	checkOneOrder(t, events, last, nil)
-	if !strings.Contains(f.log.tail(1<<20), "restoring the database from the leader's snapshot") {
+	if !strings.Contains(f.log.Tail(1<<20), "restoring the database from the leader's snapshot") {
 		t.Errorf("the cut-off follower caught up without a snapshot; the test did not test it")
 	}
 	waitApplied(t, c, last)
@@ -340,10 +340,10 @@ func TestRaftSQLApplyFailureStopsMember(t *testing.T) {
 	select {
 	case <-f.exited:
 	case <-time.After(20 * time.Second):
-		t.Fatalf("member %s still running after its apply failed\nlog:\n%s", f.name, f.log.tail(8192))
+		t.Fatalf("member %s still running after its apply failed\nlog:\n%s", f.name, f.log.Tail(8192))
 	}
-	if out := f.log.tail(1 << 20); !strings.Contains(out, "test fault") || f.cmd.ProcessState.ExitCode() == 0 {
-		t.Fatalf("member %s exited (%v) without reporting the failed apply:\n%s", f.name, f.cmd.ProcessState, f.log.tail(4096))
+	if out := f.log.Tail(1 << 20); !strings.Contains(out, "test fault") || f.cmd.ProcessState.ExitCode() == 0 {
+		t.Fatalf("member %s exited (%v) without reporting the failed apply:\n%s", f.name, f.cmd.ProcessState, f.log.Tail(4096))
 	}
 	last := putEventually(t, c.members[l], "fail/2", "b", 10*time.Second).Header.Revision
 	f.Kill()

@@ -79,10 +79,10 @@ func removeMember(t *testing.T, ctx context.Context, via, m *clusterMember) {
 	select {
 	case <-m.exited:
 	case <-time.After(20 * time.Second):
-		t.Fatalf("removed member %s still running 20 s after its removal\nlog:\n%s", m.name, m.log.tail(8192))
+		t.Fatalf("removed member %s still running 20 s after its removal\nlog:\n%s", m.name, m.log.Tail(8192))
 	}
-	if out := m.log.tail(1 << 20); !strings.Contains(out, "permanently removed") {
-		t.Errorf("removed member %s stopped without saying it was removed:\n%s", m.name, m.log.tail(4096))
+	if out := m.log.Tail(1 << 20); !strings.Contains(out, "permanently removed") {
+		t.Errorf("removed member %s stopped without saying it was removed:\n%s", m.name, m.log.Tail(4096))
 	}
 	m.Kill() // reaps it
 }
@@ -228,12 +228,12 @@ func TestRaftSQLLearner(t *testing.T) {
 			break
 		}
 		if !isErr(err, rpctypes.ErrGRPCLearnerNotReady) || time.Now().After(deadline) {
-			t.Fatalf("promote the learner: %v\nlearner log:\n%s", err, learner.log.tail(8192))
+			t.Fatalf("promote the learner: %v\nlearner log:\n%s", err, learner.log.Tail(8192))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	checkLiveMembers(t, ctx, c)
-	if !againstEtcd && !strings.Contains(learner.log.tail(1<<20), "restoring the database from the leader's snapshot") {
+	if !againstEtcd && !strings.Contains(learner.log.Tail(1<<20), "restoring the database from the leader's snapshot") {
 		t.Errorf("the learner caught up without a snapshot; the test did not test it")
 	}
 	got, err := learner.Client.Get(ctx, "learn/", clientv3.WithPrefix())
@@ -323,7 +323,7 @@ func TestRaftSQLEtcdctlMemberAdd(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := n3.waitServing(time.Now().Add(30 * time.Second)); err != nil {
-		t.Fatalf("member started from etcdctl's variables: %v\nlog:\n%s", err, n3.log.tail(8192))
+		t.Fatalf("member started from etcdctl's variables: %v\nlog:\n%s", err, n3.log.Tail(8192))
 	}
 	checkLiveMembers(t, ctx, c)
 	list, err := ctl(t, n3.Endpoint, "", "member", "list")
@@ -341,7 +341,7 @@ func TestRaftSQLEtcdctlMemberAdd(t *testing.T) {
 	select {
 	case <-n3.exited:
 	case <-time.After(20 * time.Second):
-		t.Fatalf("removed member still running\nlog:\n%s", n3.log.tail(8192))
+		t.Fatalf("removed member still running\nlog:\n%s", n3.log.Tail(8192))
 	}
 	n3.Kill()
 	checkLiveMembers(t, ctx, c)

@@ -52,9 +52,9 @@ func hostURL(u, host string) string {
 func waitLog(t *testing.T, m *clusterMember, text string, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
-	for !strings.Contains(m.log.tail(1<<20), text) {
+	for !strings.Contains(m.log.Tail(1<<20), text) {
 		if time.Now().After(deadline) {
-			t.Fatalf("member %s did not log %q within %v; log:\n%s", m.name, text, timeout, m.log.tail(8192))
+			t.Fatalf("member %s did not log %q within %v; log:\n%s", m.name, text, timeout, m.log.Tail(8192))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -67,7 +67,7 @@ func waitClusterServing(t *testing.T, c *cluster, timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
 	for _, m := range c.members {
 		if err := m.waitServing(deadline); err != nil {
-			t.Fatalf("member %s: %v\nlog:\n%s", m.name, err, m.log.tail(8192))
+			t.Fatalf("member %s: %v\nlog:\n%s", m.name, err, m.log.Tail(8192))
 		}
 	}
 	c.leaderIndex(t)
@@ -210,13 +210,13 @@ func TestRaftNamesFromEnv(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	select {
 	case <-lateMember.exited:
-		t.Fatalf("member %s gave up waiting for its name:\n%s", lateMember.name, lateMember.log.tail(8192))
+		t.Fatalf("member %s gave up waiting for its name:\n%s", lateMember.name, lateMember.log.Tail(8192))
 	default:
 	}
 	dns.SetHost(memberHost(late), "127.0.0.1")
 
 	waitClusterServing(t, c, 30*time.Second)
-	for _, line := range strings.Split(lateMember.log.tail(1<<20), "\n") {
+	for _, line := range strings.Split(lateMember.log.Tail(1<<20), "\n") {
 		if strings.Contains(line, "DNS name") {
 			t.Logf("%s: %s", lateMember.name, line)
 		}
@@ -239,19 +239,19 @@ func TestRaftNamesFromEnv(t *testing.T) {
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		_, after, _ := strings.Cut(lateMember.log.tail(1<<20), "----- restart -----")
+		_, after, _ := strings.Cut(lateMember.log.Tail(1<<20), "----- restart -----")
 		if strings.Contains(after, "waiting for DNS name "+memberHost(late)+" to resolve") {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("restarted member %s did not wait for its name; log:\n%s", lateMember.name, lateMember.log.tail(8192))
+			t.Fatalf("restarted member %s did not wait for its name; log:\n%s", lateMember.name, lateMember.log.Tail(8192))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(time.Second)
 	dns.SetHost(memberHost(late), "127.0.0.1")
 	if err := lateMember.waitServing(time.Now().Add(30 * time.Second)); err != nil {
-		t.Fatalf("restarted member %s: %v\nlog:\n%s", lateMember.name, err, lateMember.log.tail(8192))
+		t.Fatalf("restarted member %s: %v\nlog:\n%s", lateMember.name, err, lateMember.log.Tail(8192))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -303,7 +303,7 @@ func TestRaftNamesDiscoverySRV(t *testing.T) {
 		}
 	}
 	waitClusterServing(t, c, 30*time.Second)
-	for _, line := range strings.Split(c.members[0].log.tail(1<<20), "\n") {
+	for _, line := range strings.Split(c.members[0].log.Tail(1<<20), "\n") {
 		if strings.Contains(line, "msg=\"get cluster for") || strings.Contains(line, "from DNS") {
 			t.Logf("%s: %s", c.members[0].name, line)
 		}

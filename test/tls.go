@@ -7,11 +7,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +18,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kite-db/kite/pkg/server/tlstest"
+
+	"github.com/kite-db/kite/internal/testenv"
 )
 
 // tlsSetup is one client TLS configuration, given to etcd as embed.Config
@@ -106,37 +106,32 @@ func startKiteTLS(t *testing.T, setup tlsSetup) (string, error) {
 		"--listen-client-urls", "https://" + addr, "--log-level", "info",
 	}, append(freshStorageFlags(t), setup.kiteFlags()...)...)
 	log := &syncBuffer{}
-	cmd := exec.Command(kiteBin, args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	p, err := testenv.Start(testenv.Command{Argv: append([]string{kiteBin}, args...), Out: log})
+	if err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited
+		p.Kill()
 		if t.Failed() {
-			t.Logf("kite log (tail):\n%s", log.tail(4096))
+			t.Logf("kite log (tail):\n%s", log.Tail(4096))
 		}
 	})
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
-		case <-exited:
-			return "", fmt.Errorf("kite exited: %s", log.tail(2048))
+		case <-p.Exited():
+			return "", fmt.Errorf("kite exited: %s", log.Tail(2048))
 		default:
 		}
 		// A raftsql member answers /health once its cluster has a leader,
 		// as etcd's does.
-		if l := log.tail(1 << 20); strings.Contains(l, "serving client traffic securely") &&
+		if l := log.Tail(1 << 20); strings.Contains(l, "serving client traffic securely") &&
 			(!strings.HasPrefix(datastore, "raftsql") || strings.Contains(l, "elected leader")) {
 			return addr, nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return "", fmt.Errorf("kite not serving TLS in time: %s", log.tail(2048))
+	return "", fmt.Errorf("kite not serving TLS in time: %s", log.Tail(2048))
 }
 
 // httpsHealth asks /health over a new TLS connection, HTTP/2 (what curl

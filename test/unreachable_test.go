@@ -51,7 +51,7 @@ func TestStartWithDatabaseDown(t *testing.T) {
 		deadline := time.Now().Add(30 * time.Second)
 		for !ok() {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 30 s; kite log:\n%s", what, log.tail(4096))
+				t.Fatalf("%s: not within 30 s; kite log:\n%s", what, log.Tail(4096))
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -61,7 +61,7 @@ func TestStartWithDatabaseDown(t *testing.T) {
 		t.Errorf("/readyz while the database is down = %d; want 503", got)
 	}
 	waitFor("a log line about the unreachable database", func() bool {
-		return strings.Contains(log.tail(1<<20), "datastore not reachable")
+		return strings.Contains(log.Tail(1<<20), "datastore not reachable")
 	})
 
 	if out, err := pg.ctl("start"); err != nil {
@@ -78,7 +78,7 @@ func TestStartWithDatabaseDown(t *testing.T) {
 	if _, err := c.Put(ctx, "k", "v"); err != nil {
 		t.Fatalf("put once the database is up: %v", err)
 	}
-	if strings.Contains(log.tail(1<<20), "s3cr3t") {
-		t.Errorf("kite's log shows the database password:\n%s", log.tail(4096))
+	if strings.Contains(log.Tail(1<<20), "s3cr3t") {
+		t.Errorf("kite's log shows the database password:\n%s", log.Tail(4096))
 	}
 }

@@ -37,7 +37,7 @@ func TestSlowRequestWarning(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, out := range map[string]func() string{
-		"stderr": func() string { return k.log.tail(1 << 20) },
+		"stderr": func() string { return k.log.Tail(1 << 20) },
 		"--log-outputs file": func() string {
 			b, _ := os.ReadFile(logFile)
 			return string(b)
@@ -87,14 +87,14 @@ func TestNearQuotaWarning(t *testing.T) {
 	for i := range 4000 {
 		cryptorand.Read(value)
 		// Every put so far succeeded: the warning comes before NOSPACE.
-		if strings.Contains(k.log.tail(1<<20), "near its quota") {
+		if strings.Contains(k.log.Tail(1<<20), "near its quota") {
 			return
 		}
 		if _, err := k.Client.Put(ctx, fmt.Sprintf("quota/%05d", i), string(value)); err != nil {
-			t.Fatalf("put %d before any near-quota warning: %v\nlog:\n%s", i, err, k.log.tail(4096))
+			t.Fatalf("put %d before any near-quota warning: %v\nlog:\n%s", i, err, k.log.Tail(4096))
 		}
 	}
-	t.Fatalf("no near-quota warning after 4000 puts of 4 KiB\nlog:\n%s", k.log.tail(4096))
+	t.Fatalf("no near-quota warning after 4000 puts of 4 KiB\nlog:\n%s", k.log.Tail(4096))
 }
 
 // TestSlowWatcherWarning: a watch client that stops reading while writes
@@ -121,12 +121,12 @@ func TestSlowWatcherWarning(t *testing.T) {
 		if _, err := k.Client.Put(ctx, fmt.Sprintf("slow/%04d", i), payload); err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(k.log.tail(1<<20), "slow watchers") {
+		if strings.Contains(k.log.Tail(1<<20), "slow watchers") {
 			break
 		}
 	}
-	if !strings.Contains(k.log.tail(1<<20), "slow watchers") {
-		t.Fatalf("no slow-watcher warning after %d puts of 8 KiB to an unread watch\nlog:\n%s", n, k.log.tail(4096))
+	if !strings.Contains(k.log.Tail(1<<20), "slow watchers") {
+		t.Fatalf("no slow-watcher warning after %d puts of 8 KiB to an unread watch\nlog:\n%s", n, k.log.Tail(4096))
 	}
 	if v := value(scrape(t, k.Endpoint), "etcd_debugging_mvcc_slow_watcher_total"); v < 1 {
 		t.Errorf("etcd_debugging_mvcc_slow_watcher_total = %v while the client does not read; want 1", v)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kite-db/kite/internal/latency"
 )
 
 // loadLabel is the workload name of the row that reports how fast a
@@ -53,7 +55,7 @@ func (e *env) loadData(ctx context.Context) (result, error) {
 		return result{}, fmt.Errorf("preload %d keys: %w", e.cfg.keys, err)
 	}
 	e.t.dataLoaded = true
-	r := newResult(e.t.name, spec{name: loadLabel, label: loadLabel, clients: loadWriters}, int64(e.cfg.keys), took, &histogram{}, 0)
+	r := newResult(e.t.name, spec{name: loadLabel, label: loadLabel, clients: loadWriters}, int64(e.cfg.keys), took, &latency.Histogram{}, 0)
 	e.log.Info("preloaded read keys", "target", e.t.name, "keys", e.cfg.keys, "took", took.Round(time.Millisecond), "keys_per_sec", int64(r.OpsPerSec))
 	return r, nil
 }

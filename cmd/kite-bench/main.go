@@ -9,14 +9,13 @@
 //	kite-bench --compare --datastore raftsql --members 3 [--workloads ...,failover]
 //	kite-bench --smoke --endpoints ...      every workload, tiny (CI)
 //	kite-bench build-kine [--dir D]          build the kine reference, print its path
-//	kite-bench soak --kite-binary ./kite [--duration 60m] [--out DIR]   endurance test, charts (soak*.go)
 //
 // In postgres mode (--datastore postgres) kite runs on a fresh database
 // that kite-bench creates on --postgres-admin and drops at the end, and
 // --kine-binary adds kine (github.com/k3s-io/kine), the storage shim k3s
 // uses, on a fresh database of its own as a second reference. kine is not
-// a dependency of kite's module: kine.go builds it with the go command
-// from its own module (see buildKine).
+// a dependency of kite's module: internal/testenv builds it with the go
+// command from its own module (see testenv.BuildKine).
 //
 // In raftsql mode (--datastore raftsql) kite and the reference etcd are
 // each a raft cluster of --members processes on loopback ports, started
@@ -112,9 +111,6 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == buildKineCommand {
 		os.Exit(runBuildKine(os.Args[2:], os.Stdout, os.Stderr))
-	}
-	if len(os.Args) > 1 && os.Args[1] == soakCommand {
-		os.Exit(runSoakMain(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	os.Exit(runMain(os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -16,6 +16,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/kite-db/kite/internal/testenv"
 )
 
 // Raftsql mode: kite, and the reference etcd it is measured against, each
@@ -40,7 +42,7 @@ const leaderPoll = 10 * time.Millisecond
 // cluster, and waits until every member serves and all name one leader.
 func startRaftCluster(ctx context.Context, cfg *config, log *slog.Logger, kind serverKind) (*cluster, error) {
 	n := kind.members
-	ports, err := freePorts(2 * n)
+	ports, err := testenv.FreePorts(2 * n)
 	if err != nil {
 		return nil, err
 	}

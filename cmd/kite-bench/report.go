@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/kite-db/kite/internal/latency"
 )
 
 // result is one workload measured on one target; it is also the schema of
@@ -68,17 +70,17 @@ func (r *result) setRSS(nodes []int64) {
 	}
 }
 
-func newResult(target string, s spec, ops int64, elapsed time.Duration, h *histogram, errs int64) result {
+func newResult(target string, s spec, ops int64, elapsed time.Duration, h *latency.Histogram, errs int64) result {
 	r := result{
 		Workload: s.label,
 		Target:   target,
 		Clients:  s.clients,
 		Ops:      ops,
 		Seconds:  round3(elapsed.Seconds()),
-		P50ms:    round3(ms(h.percentile(0.50))),
-		P90ms:    round3(ms(h.percentile(0.90))),
-		P99ms:    round3(ms(h.percentile(0.99))),
-		MaxMs:    round3(ms(h.maximum())),
+		P50ms:    round3(latency.Ms(h.Percentile(0.50))),
+		P90ms:    round3(latency.Ms(h.Percentile(0.90))),
+		P99ms:    round3(latency.Ms(h.Percentile(0.99))),
+		MaxMs:    round3(latency.Ms(h.Max())),
 		Errors:   errs,
 	}
 	if elapsed > 0 {

@@ -15,6 +15,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/kite-db/kite/internal/latency"
 )
 
 // target is one server under load, or several sharing one store, and the
@@ -291,7 +293,7 @@ func unsupportedResult(name string, s spec, r result, err error) result {
 		msg = err.Error()
 	}
 	if r.Workload == "" {
-		r = newResult(name, s, 0, 0, &histogram{}, r.Errors)
+		r = newResult(name, s, 0, 0, &latency.Histogram{}, r.Errors)
 	}
 	if status.Code(err) == codes.Unimplemented || strings.Contains(msg, "code = Unimplemented") {
 		r.Note = "unsupported by " + name + ": " + msg
@@ -333,7 +335,7 @@ func measureMemory(ctx context.Context, cfg *config, log *slog.Logger, runID str
 	if err != nil {
 		return result{}, err
 	}
-	r := newResult(kind.name, spec{label: label, clients: 32}, int64(cfg.memoryKeys), took, &histogram{}, 0)
+	r := newResult(kind.name, spec{label: label, clients: 32}, int64(cfg.memoryKeys), took, &latency.Histogram{}, 0)
 	r.setRSS(nodes)
 	log.Info("measured memory", "server", kind.name, "keys", cfg.memoryKeys, "rss_mib", mib(r.RSSBytes), "max_rss_mib", mib(r.RSSMaxBytes))
 	return r, nil

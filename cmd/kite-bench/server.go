@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -14,11 +13,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/kite-db/kite/internal/testenv"
 )
 
 // serverProc is a server process this run started: the reference etcd or
@@ -28,9 +28,8 @@ type serverProc struct {
 	endpoint string
 	dir      string
 	logPath  string
-	cmd      *exec.Cmd
-	exited   chan struct{} // closed when the process has exited
-	waitErr  error         // valid after exited is closed
+	proc     *testenv.Process // nil until started
+	exited   <-chan struct{}  // closed when the process has exited
 	log      *slog.Logger
 	secret   string // masked in the log tails printed
 	// exitLogged: the log of an unexpected exit was printed (only by the
@@ -258,7 +257,7 @@ func (c *cluster) peakRSSNodes() ([]int64, error) {
 func (c *cluster) statusNodes(field string) ([]int64, error) {
 	nodes := make([]int64, len(c.procs))
 	for i, p := range c.procs {
-		r, err := readStatusBytes(p.cmd.Process.Pid, field)
+		r, err := testenv.StatusBytes(p.proc.Pid(), field)
 		if err != nil {
 			return nil, err
 		}
@@ -288,9 +287,9 @@ func (c *cluster) exited() error {
 		case <-p.exited:
 			if !p.exitLogged {
 				p.exitLogged = true
-				p.log.Error("server exited", "server", p.name, "error", p.waitErr, "log", p.logTail())
+				p.log.Error("server exited", "server", p.name, "error", p.waitErr(), "log", p.logTail())
 			}
-			errs = append(errs, fmt.Errorf("%s exited (%v): %s", p.name, p.waitErr, p.exitReason()))
+			errs = append(errs, fmt.Errorf("%s exited (%v): %s", p.name, p.waitErr(), p.exitReason()))
 		default:
 		}
 	}
@@ -327,7 +326,7 @@ func (c *cluster) restartExited(ctx context.Context, cfg *config) error {
 		default:
 			continue
 		}
-		p.log.Warn("restarting server that exited", "server", p.name, "error", p.waitErr)
+		p.log.Warn("restarting server that exited", "server", p.name, "error", p.waitErr())
 		if err := p.launch(ctx, cfg.startupWait); err != nil {
 			return fmt.Errorf("restart %s: %w", p.name, err)
 		}
@@ -340,7 +339,7 @@ func (c *cluster) restartExited(ctx context.Context, cfg *config) error {
 // process's environment; secret (a password) is masked in any log tail
 // kite-bench prints.
 func startServer(ctx context.Context, cfg *config, log *slog.Logger, kind serverKind, name string, env []string, secret string) (*serverProc, error) {
-	port, err := freePort()
+	port, err := testenv.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -395,39 +394,36 @@ func (p *serverProc) launch(ctx context.Context, timeout time.Duration) error {
 }
 
 // start starts the server's process (again, after an exit) with a fresh
-// log; it does not wait for it to answer.
+// log; it does not wait for it to answer. The process dies with
+// kite-bench (testenv.Start), so no orphan keeps a port or burns the
+// shared CPUs.
 func (p *serverProc) start() error {
-	p.exited = make(chan struct{})
-	p.waitErr, p.exitLogged = nil, false
+	p.exited = closedChan()
+	p.exitLogged = false
 	logFile, err := os.Create(p.logPath)
 	if err != nil {
-		close(p.exited)
 		return fmt.Errorf("create log of %s: %w", p.name, err)
 	}
-	p.cmd = exec.Command(p.argv[0], p.argv[1:]...)
-	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
-	if len(p.env) > 0 {
-		p.cmd.Env = append(os.Environ(), p.env...)
+	// The child has its own descriptor of the log: ours is not needed
+	// once it started.
+	defer logFile.Close()
+	proc, err := testenv.Start(testenv.Command{Argv: p.argv, Env: p.env, Out: logFile})
+	if err != nil {
+		return fmt.Errorf("start %s: %w", p.name, err)
 	}
-	// If kite-bench dies without stopping its servers, the kernel kills
-	// them, so no orphan keeps a port or burns the shared CPUs.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		logFile.Close()
-		close(p.exited)
-		return fmt.Errorf("start %s (%s): %w", p.name, p.argv[0], err)
-	}
+	p.proc, p.exited = proc, proc.Exited()
 	p.starts++
 	p.rssSeen = 0
-	cmd, exited := p.cmd, p.exited
-	go func() {
-		err := cmd.Wait()
-		logFile.Close()
-		p.waitErr = err
-		close(exited)
-	}()
-	p.log.Info("started server", "server", p.name, "pid", p.cmd.Process.Pid, "endpoint", p.endpoint, "dir", p.dir)
+	p.log.Info("started server", "server", p.name, "pid", proc.Pid(), "endpoint", p.endpoint, "dir", p.dir)
 	return nil
+}
+
+// waitErr is how the process last exited; valid once exited is closed.
+func (p *serverProc) waitErr() error {
+	if p.proc == nil {
+		return nil
+	}
+	return p.proc.Err()
 }
 
 // waitReady polls Status until the server answers, the process exits, or
@@ -452,7 +448,7 @@ func (p *serverProc) waitReady(ctx context.Context, timeout time.Duration) error
 		}
 		select {
 		case <-p.exited:
-			return fmt.Errorf("%s exited while starting (%v); its log ends:\n%s", p.name, p.waitErr, p.logTail())
+			return fmt.Errorf("%s exited while starting (%v); its log ends:\n%s", p.name, p.waitErr(), p.logTail())
 		case <-ctx.Done():
 			return fmt.Errorf("%s not ready after %s (last error: %w); its log ends:\n%s", p.name, timeout, err, p.logTail())
 		case <-tick.C:
@@ -460,69 +456,32 @@ func (p *serverProc) waitReady(ctx context.Context, timeout time.Duration) error
 	}
 }
 
-// Fields of /proc/PID/status, in kB.
+// Fields of /proc/PID/status that kite-bench reads.
 const (
-	statusRSS     = "VmRSS" // resident memory now
-	statusPeakRSS = "VmHWM" // the most resident memory since the process started
+	statusRSS     = testenv.StatusRSS
+	statusPeakRSS = testenv.StatusPeakRSS
 )
-
-// readStatusBytes reads field (statusRSS, statusPeakRSS) of the process's
-// /proc/PID/status, in bytes.
-func readStatusBytes(pid int, field string) (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, fmt.Errorf("read memory of pid %d: %w", pid, err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("parse %s %q: %w", field, rest, err)
-			}
-			return kb * 1024, nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("read memory of pid %d: %w", pid, err)
-	}
-	return 0, fmt.Errorf("no %s for pid %d", field, pid)
-}
 
 // kill ends the server abruptly (SIGKILL: no shutdown code runs, as in a
 // crash or a power cut) and waits until it has exited. Its directory stays,
 // so it can be started again on the same data.
 func (p *serverProc) kill() {
-	select {
-	case <-p.exited:
-		return
-	default:
+	if p.proc != nil {
+		p.proc.Kill()
 	}
-	_ = p.cmd.Process.Kill()
-	<-p.exited
 }
 
 // stop asks the server to shut down (SIGTERM), kills it after 15 s, and
 // removes its directory. An unclean exit is logged with the log's tail,
 // since a crash under load is a finding, not noise.
 func (p *serverProc) stop() {
-	select {
-	case <-p.exited:
-	default:
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.exited:
-		case <-time.After(15 * time.Second):
-			p.log.Warn("server ignored SIGTERM for 15s; killing it", "server", p.name)
-			_ = p.cmd.Process.Kill()
-			<-p.exited
-		}
+	if p.proc != nil && p.proc.Stop(15*time.Second) {
+		p.log.Warn("server ignored SIGTERM for 15s; killed it", "server", p.name)
 	}
-	if p.waitErr != nil && !p.exitLogged {
+	if err := p.waitErr(); err != nil && !p.exitLogged {
 		var exitErr *exec.ExitError
-		if !errors.As(p.waitErr, &exitErr) || exitErr.ExitCode() != 0 {
-			p.log.Warn("server exited uncleanly", "server", p.name, "error", p.waitErr, "log", p.logTail())
+		if !errors.As(err, &exitErr) || exitErr.ExitCode() != 0 {
+			p.log.Warn("server exited uncleanly", "server", p.name, "error", err, "log", p.logTail())
 		}
 	}
 	if err := os.RemoveAll(p.dir); err != nil {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/kite-db/kite/internal/testenv"
 )
 
 // TestMain lets --compare re-execute the test binary as the reference etcd,
@@ -31,7 +32,7 @@ func TestMain(m *testing.M) {
 // embedded in the test process. It checks what the tool reports, never
 // how fast anything was.
 func Test_SmokeAgainstEmbeddedEtcd(t *testing.T) {
-	port, err := freePort()
+	port, err := testenv.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +178,7 @@ func Test_SmokeComparePostgres(t *testing.T) {
 		}
 		t.Skip(msg)
 	}
-	kite := buildKite(t, ctx)
+	kite := buildKite(t)
 	results := runSmoke(t, "--smoke", "--compare", "--datastore", "postgres", "--postgres-admin", admin,
 		"--kite-binary", kite, "--kite-servers", "2", "--workloads", smokeWorkloads+",watch-remote",
 		"--memory-keys", "300", "--work-dir", t.TempDir())
@@ -216,19 +217,18 @@ func Test_SmokeComparePostgres(t *testing.T) {
 
 // buildKite returns $KITE_BENCH_KITE_BINARY, or else a kite built from
 // this module.
-func buildKite(t *testing.T, ctx context.Context) string {
+func buildKite(t *testing.T) string {
 	t.Helper()
 	if kite := os.Getenv("KITE_BENCH_KITE_BINARY"); kite != "" {
 		return kite
 	}
-	goCmd, err := goCommand()
+	root, err := testenv.ModuleRoot(".")
 	if err != nil {
 		t.Fatal(err)
 	}
-	kite := filepath.Join(t.TempDir(), "kite")
-	build := exec.CommandContext(ctx, goCmd, "build", "-o", kite, "github.com/kite-db/kite/cmd/kite")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build kite: %v\n%s", err, out)
+	kite, err := testenv.BuildKite(root, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
 	return kite
 }
@@ -243,9 +243,7 @@ func Test_SmokeCompareRaftSQL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts two raft clusters of three processes and kills their leaders")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	kite := buildKite(t, ctx)
+	kite := buildKite(t)
 	results := runSmoke(t, "--smoke", "--compare", "--datastore", "raftsql", "--members", "3",
 		"--kite-binary", kite, "--workloads", smokeWorkloads+",watch-remote,failover",
 		"--memory-keys", "300", "--work-dir", t.TempDir())

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kite-db/kite/internal/latency"
 )
 
 // spec is one workload of a run: a name and how many clients drive it.
@@ -189,7 +191,7 @@ func makeValue(size int, seed uint64) string {
 type outcome struct {
 	ops, errors int64
 	firstErr    string // the first operation error, if any
-	hist        histogram
+	hist        latency.Histogram
 	elapsed     time.Duration
 }
 
@@ -239,7 +241,7 @@ func closedLoop(ctx context.Context, e *env, label string, clients int, newClien
 	var started atomic.Int64
 	var errorsLogged atomic.Int32
 	var firstErr atomic.Pointer[string]
-	hists := make([]histogram, clients)
+	hists := make([]latency.Histogram, clients)
 	errCounts := make([]int64, clients)
 	var wg sync.WaitGroup
 	begin := time.Now()
@@ -256,7 +258,7 @@ func closedLoop(ctx context.Context, e *env, label string, clients int, newClien
 				opCancel()
 				switch {
 				case err == nil:
-					hists[i].record(d)
+					hists[i].Record(d)
 				case errors.Is(err, errNoMoreWork):
 					return
 				case runEnded(runCtx):
@@ -275,10 +277,10 @@ func closedLoop(ctx context.Context, e *env, label string, clients int, newClien
 	wg.Wait()
 	out := &outcome{elapsed: time.Since(begin)}
 	for i := range hists {
-		out.hist.merge(&hists[i])
+		out.hist.Merge(&hists[i])
 		out.errors += errCounts[i]
 	}
-	out.ops = int64(out.hist.count())
+	out.ops = int64(out.hist.Count())
 	if p := firstErr.Load(); p != nil {
 		out.firstErr = *p
 	}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kite-db/kite/internal/latency"
 )
 
 // The failover workload (raftsql mode, --members 3 or more): the leader of
@@ -75,7 +77,7 @@ func runFailover(ctx context.Context, e *env, s spec) (result, error) {
 	}
 	defer mc.close()
 	stats := &failoverStats{}
-	var hist histogram
+	var hist latency.Histogram
 	begin := time.Now()
 	for round := range e.cfg.failovers {
 		fr, err := runFailoverRound(ctx, e, mc, s, round)
@@ -85,10 +87,10 @@ func runFailover(ctx context.Context, e *env, s spec) (result, error) {
 		e.log.Info("failover", "target", e.t.name, "round", round+1, "killed", fr.killed,
 			"write", fr.write.Round(time.Millisecond), "leader", fr.leader.Round(time.Millisecond), "rejoin", fr.rejoin.Round(time.Millisecond))
 		stats.Killed = append(stats.Killed, fr.killed)
-		stats.WriteMs = append(stats.WriteMs, round3(ms(fr.write)))
-		stats.LeaderMs = append(stats.LeaderMs, round3(ms(fr.leader)))
-		stats.RejoinMs = append(stats.RejoinMs, round3(ms(fr.rejoin)))
-		hist.record(fr.write)
+		stats.WriteMs = append(stats.WriteMs, round3(latency.Ms(fr.write)))
+		stats.LeaderMs = append(stats.LeaderMs, round3(latency.Ms(fr.leader)))
+		stats.RejoinMs = append(stats.RejoinMs, round3(latency.Ms(fr.rejoin)))
+		hist.Record(fr.write)
 	}
 	elapsed := time.Since(begin)
 	// The workload connections to a killed member wait in gRPC's reconnect
@@ -217,7 +219,7 @@ func caughtUp(ctx context.Context, mc *memberClients, restarted, leader int, key
 	for {
 		select {
 		case <-p.exited:
-			return fmt.Errorf("exited while starting (%v); its log ends:\n%s", p.waitErr, p.logTail())
+			return fmt.Errorf("exited while starting (%v); its log ends:\n%s", p.waitErr(), p.logTail())
 		default:
 		}
 		// Until the member listens, each refused dial puts its connection

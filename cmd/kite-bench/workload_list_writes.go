@@ -77,7 +77,7 @@ func startPacedWriter(ctx context.Context, e *env, label string, kv clientv3.KV,
 			opCancel()
 			switch {
 			case err == nil:
-				w.out.hist.record(d)
+				w.out.hist.Record(d)
 			case ctx.Err() != nil:
 				// Interrupted: not an answer from the server.
 			default:
@@ -125,6 +125,6 @@ func (w *pacedWriter) wait(ctx context.Context, d time.Duration) bool {
 func (w *pacedWriter) stop() *outcome {
 	close(w.stopCh)
 	<-w.done
-	w.out.ops = int64(w.out.hist.count())
+	w.out.ops = int64(w.out.hist.Count())
 	return &w.out
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kite-db/kite/internal/latency"
 )
 
 // deliveryTimeout is how long watchers may take, after the last write, to
@@ -116,14 +118,14 @@ func watchDelivery(ctx context.Context, e *env, s spec, nw int, watcherConn func
 	stopWatch()
 	wg.Wait()
 
-	var h histogram
+	var h latency.Histogram
 	var got, dups, errs, last int64
 	var firstErr string
 	for _, w := range ws {
 		w.mu.Lock()
 		for seq := range written {
 			if t := w.recv[seq]; t != 0 {
-				h.record(time.Duration(t - ack[seq]))
+				h.Record(time.Duration(t - ack[seq]))
 				last = max(last, t)
 			}
 		}

@@ -1,21 +1,14 @@
 package k8s
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +19,9 @@ import (
 
 	"k8s.io/apiserver/pkg/storage/etcd3/testserver"
 	storagetesting "k8s.io/apiserver/pkg/storage/testing"
+
+	"github.com/kite-db/kite/internal/testenv"
+	"github.com/kite-db/kite/pkg/drivers/postgres/pgtest"
 )
 
 // The suite runs against a kite built from this repository and started as a
@@ -85,7 +81,7 @@ func runMain(m *testing.M) int {
 		kiteBin = bin
 		fmt.Printf("k8s storage suite: backend = kite (%s) %s\n", datastore, bin)
 		if datastore == "postgres" {
-			fmt.Println("k8s storage suite: a fresh Postgres database per kite on", adminWhere(adminDSN()))
+			fmt.Println("k8s storage suite: a fresh Postgres database per kite on", adminWhere(pgtest.AdminDSN()))
 		}
 		if datastore == "raftsql" {
 			fmt.Println("k8s storage suite: every kite one member of a fresh 3-member raft cluster; the tests talk to that member")
@@ -110,20 +106,23 @@ func runMain(m *testing.M) int {
 	return m.Run()
 }
 
-// buildKite builds ./cmd/kite of the enclosing repository, or uses KITE_BIN.
+// buildKite builds ./cmd/kite of the enclosing repository (the main
+// module this one replaces with ../..), or uses KITE_BIN.
 func buildKite() (string, func(), error) {
 	if bin := os.Getenv("KITE_BIN"); bin != "" {
 		return bin, func() {}, nil
+	}
+	root, err := testenv.ModuleRoot(".")
+	if err != nil {
+		return "", nil, err
 	}
 	dir, err := os.MkdirTemp("", "kite-k8s-")
 	if err != nil {
 		return "", nil, err
 	}
 	cleanup := func() { os.RemoveAll(dir) }
-	bin := filepath.Join(dir, "kite")
-	cmd := exec.Command("go", "build", "-C", "../..", "-o", bin, "./cmd/kite")
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Run(); err != nil {
+	bin, err := testenv.BuildKite(root, dir)
+	if err != nil {
 		cleanup()
 		return "", nil, fmt.Errorf("build kite: %w", err)
 	}
@@ -200,9 +199,9 @@ func tryStartKite(t testing.TB, opts serverOptions) (kiteServer, error) {
 	if datastore == "postgres" {
 		// Registered before kite's own cleanup, so the database is dropped
 		// after kite stopped (t.Cleanup runs last-in first-out).
-		k.dsn = newDatabase(t)
+		k.dsn = pgtest.NewDatabase(t)
 	}
-	port, err := freePort()
+	port, err := testenv.FreePort()
 	if err != nil {
 		return k, err
 	}
@@ -237,42 +236,22 @@ func tryStartKite(t testing.TB, opts serverOptions) (kiteServer, error) {
 		k.raft = cluster.peers
 		args = append(args, cluster.flags...)
 	}
-	var logs bytes.Buffer
-	var logsMu sync.Mutex
-	cmd := exec.Command(kiteBin, args...)
-	w := &lockedWriter{w: &logs, mu: &logsMu}
-	cmd.Stdout, cmd.Stderr = w, w
-	// kite must not outlive a test process that dies without cleanup.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	logs := &testenv.LogBuffer{}
+	proc, err := testenv.Start(testenv.Command{Argv: append([]string{kiteBin}, args...), Out: logs})
+	if err != nil {
 		cluster.stop()
 		return k, err
 	}
-	var waitErr error
-	exited := make(chan struct{})
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}
-	if err := waitReady(endpoint, exited, &waitErr); err != nil {
+	stop := func() { proc.Stop(10 * time.Second) }
+	if err := waitReady(endpoint, proc); err != nil {
 		stop()
 		cluster.stop()
-		logsMu.Lock()
-		defer logsMu.Unlock()
 		return k, fmt.Errorf("%w; kite output:\n%s%s", err, logs.String(), cluster.logs())
 	}
 	t.Cleanup(func() {
 		stop()
 		cluster.stop()
 		if t.Failed() {
-			logsMu.Lock()
-			defer logsMu.Unlock()
 			if logs.Len() > 0 {
 				t.Logf("kite output:\n%s", logs.String())
 			}
@@ -291,39 +270,10 @@ func tryStartKite(t testing.TB, opts serverOptions) (kiteServer, error) {
 	return k, nil
 }
 
-// freePort returns a loopback port that was free a moment ago, picked
-// below the kernel's ephemeral range (as the main module's test/harness.go
-// does): a port from bind(:0) lies inside that range, where one of the many
-// outgoing connections of the tests and of raft's peer transport can take
-// it before the server that was to listen on it binds it.
-func freePort() (int, error) {
-	low := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil {
-				low = n
-			}
-		}
-	}
-	if low <= 21000 {
-		low = 32768 // an unusual range: fall back to the default's floor
-	}
-	for range 1000 {
-		port := 20000 + rand.IntN(low-20000)
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		return port, nil
-	}
-	return 0, fmt.Errorf("free port: none free in 20000-%d", low-1)
-}
-
 // waitReady polls Maintenance.Status and a linearizable Get (in raftsql
 // mode: the cluster has a leader and the member has caught up) until kite
 // answers, it exits, or 30 s pass.
-func waitReady(endpoint string, exited <-chan struct{}, waitErr *error) error {
+func waitReady(endpoint string, proc *testenv.Process) error {
 	deadline := time.Now().Add(30 * time.Second)
 	client, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, TLS: clientTLS(), DialTimeout: time.Second})
 	if err != nil {
@@ -341,8 +291,8 @@ func waitReady(endpoint string, exited <-chan struct{}, waitErr *error) error {
 			return nil
 		}
 		select {
-		case <-exited:
-			return fmt.Errorf("kite exited before it was ready: %v", *waitErr)
+		case <-proc.Exited():
+			return fmt.Errorf("kite exited before it was ready: %v", proc.Err())
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -350,17 +300,6 @@ func waitReady(endpoint string, exited <-chan struct{}, waitErr *error) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-type lockedWriter struct {
-	w  *bytes.Buffer
-	mu *sync.Mutex
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 // clientTLS is the clients' TLS configuration: nil unless KITE_K8S_TLS=1.

@@ -1,24 +1,16 @@
 package k8s
 
 // Postgres mode (KITE_K8S_DATASTORE=postgres): every kite the suite starts
-// runs on a fresh database of its own, created on the server of
-// KITE_TEST_POSTGRES and dropped when the test ends, after kite stopped.
-// The conventions are those of the main module's
-// pkg/drivers/postgres/pgtest (this module does not import kite's):
-// KITE_TEST_POSTGRES is an admin connection string (default
-// postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable), databases
-// are named kite_test_<hex>, and an unreachable server skips the test,
-// except under CI=true where it fails it.
+// runs on a fresh database of its own, from the main module's
+// pkg/drivers/postgres/pgtest: created on the server of KITE_TEST_POSTGRES
+// and dropped when the test ends, after kite stopped; an unreachable
+// server skips the test, except under CI=true where it fails it.
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -26,87 +18,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-const defaultAdminDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-
-// adminDSN is the connection string databases are created with.
-func adminDSN() string {
-	if dsn := os.Getenv("KITE_TEST_POSTGRES"); dsn != "" {
-		return dsn
-	}
-	return defaultAdminDSN
-}
-
 // adminWhere names the server of dsn without its password.
 func adminWhere(dsn string) string {
 	if cfg, err := pgx.ParseConfig(dsn); err == nil {
 		return fmt.Sprintf("%s@%s:%d", cfg.User, cfg.Host, cfg.Port)
 	}
 	return "the server in KITE_TEST_POSTGRES"
-}
-
-// newDatabase creates an empty database with a random name, drops it (WITH
-// (FORCE), so connections left open do not stop it) when t ends, and returns
-// its connection string.
-func newDatabase(t testing.TB) string {
-	t.Helper()
-	admin := adminDSN()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		msg := fmt.Sprintf("Postgres unreachable at %s (set KITE_TEST_POSTGRES to an admin connection string): %v",
-			adminWhere(admin), err)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	defer conn.Close(context.Background())
-	var id [6]byte
-	if _, err := rand.Read(id[:]); err != nil {
-		t.Fatalf("random database name: %v", err)
-	}
-	name := "kite_test_" + hex.EncodeToString(id[:])
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		t.Fatalf("create database %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, admin)
-		if err != nil {
-			t.Errorf("drop database %s: connect: %v", name, err)
-			return
-		}
-		defer conn.Close(context.Background())
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop database %s: %v", name, err)
-		}
-	})
-	dsn, err := withDatabase(admin, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dsn
-}
-
-// withDatabase returns admin with its database replaced by name.
-func withDatabase(admin, name string) (string, error) {
-	if strings.HasPrefix(admin, "postgres://") || strings.HasPrefix(admin, "postgresql://") {
-		u, err := url.Parse(admin)
-		if err != nil {
-			return "", fmt.Errorf("parse KITE_TEST_POSTGRES as a URL: %w", err)
-		}
-		u.Path = "/" + name
-		q := u.Query()
-		if q.Has("dbname") {
-			q.Set("dbname", name)
-			u.RawQuery = q.Encode()
-		}
-		return u.String(), nil
-	}
-	// key=value: a later keyword overrides an earlier one.
-	return admin + " dbname=" + name, nil
 }
 
 // TestStorageUnderTest proves the suite runs on the storage it claims

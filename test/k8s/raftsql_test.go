@@ -15,20 +15,18 @@ package k8s
 // write still goes through raft and a quorum of the cluster.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kite-db/kite/internal/testenv"
 )
 
 // raftMember is a companion member of the cluster of a kite under test.
@@ -36,10 +34,8 @@ type raftMember struct {
 	name     string
 	endpoint string // client URL
 	dataDir  string
-	cmd      *exec.Cmd
-	exited   chan struct{}
-	logs     bytes.Buffer
-	logsMu   sync.Mutex
+	proc     *testenv.Process
+	logs     testenv.LogBuffer
 }
 
 // raftCluster is what startRaftPeers started for one kite under test.
@@ -57,7 +53,7 @@ func startRaftPeers(t testing.TB, name string) (*raftCluster, error) {
 	peerURLs := make([]string, len(names))
 	var initial []string
 	for i, n := range names {
-		port, err := freePort()
+		port, err := testenv.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -73,7 +69,7 @@ func startRaftPeers(t testing.TB, name string) (*raftCluster, error) {
 		flags: append([]string{"--listen-peer-urls", peerURLs[0], "--initial-advertise-peer-urls", peerURLs[0]}, common...),
 	}
 	for i := 1; i < len(names); i++ {
-		port, err := freePort()
+		port, err := testenv.FreePort()
 		if err != nil {
 			c.stop()
 			return nil, err
@@ -92,16 +88,12 @@ func startRaftPeers(t testing.TB, name string) (*raftCluster, error) {
 			"--initial-advertise-peer-urls", peerURLs[i],
 			"--log-level", "warn",
 		}, common...)
-		m.cmd = exec.Command(kiteBin, args...)
-		w := &lockedWriter{w: &m.logs, mu: &m.logsMu}
-		m.cmd.Stdout, m.cmd.Stderr = w, w
-		m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := m.cmd.Start(); err != nil {
+		proc, err := testenv.Start(testenv.Command{Argv: append([]string{kiteBin}, args...), Out: &m.logs})
+		if err != nil {
 			c.stop()
 			return nil, fmt.Errorf("start raft member %s: %w", m.name, err)
 		}
-		m.exited = make(chan struct{})
-		go func() { m.cmd.Wait(); close(m.exited) }()
+		m.proc = proc
 		c.peers = append(c.peers, m)
 	}
 	return c, nil
@@ -114,8 +106,7 @@ func (c *raftCluster) stop() {
 		return
 	}
 	for _, m := range c.peers {
-		_ = m.cmd.Process.Kill()
-		<-m.exited
+		m.proc.Kill()
 	}
 }
 
@@ -126,11 +117,9 @@ func (c *raftCluster) logs() string {
 	}
 	var b strings.Builder
 	for _, m := range c.peers {
-		m.logsMu.Lock()
 		if m.logs.Len() > 0 {
 			fmt.Fprintf(&b, "raft member %s output:\n%s\n", m.name, m.logs.String())
 		}
-		m.logsMu.Unlock()
 	}
 	return b.String()
 }

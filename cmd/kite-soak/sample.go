@@ -14,6 +14,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/kite-db/kite/internal/latency"
+
+	"github.com/kite-db/kite/internal/testenv"
 )
 
 // soakSample is one server's measures at one moment; it is also the schema
@@ -110,8 +114,8 @@ func sampleEvery(ctx context.Context, cfg *soakConfig, log *slog.Logger, servers
 // takeSample measures s at now. A server that exited is counted as an
 // error once and its drivers are stopped.
 func takeSample(s *soakServer, start, now time.Time, final bool, log *slog.Logger) soakSample {
-	p := s.cl.procs[0]
-	if err := s.cl.exited(); err != nil {
+	p := s.proc
+	if err := p.exitErr(); err != nil {
 		s.stats.fail("server", err)
 		s.load.abort()
 	}
@@ -129,8 +133,8 @@ func takeSample(s *soakServer, start, now time.Time, final bool, log *slog.Logge
 	if sm.DBBytes, sm.WALBytes, err = dataSizes(p.dataDir()); err != nil {
 		log.Warn("sizes of the data files", "server", s.name, "error", err)
 	}
-	if rss, err := s.cl.rssNodes(); err == nil {
-		sm.RSSBytes = rss[0]
+	if rss, err := testenv.StatusBytes(p.proc.Pid(), testenv.StatusRSS); err == nil {
+		sm.RSSBytes = rss
 	}
 	if st.writes > 0 {
 		sm.WriteP99ms = msPtr(st.writeP99)
@@ -142,12 +146,12 @@ func takeSample(s *soakServer, start, now time.Time, final bool, log *slog.Logge
 		sm.CompactPauseMs, sm.CompactMs = msPtr(st.pause), msPtr(st.took)
 	}
 	log.Info("soak sample", "server", s.name, "t_min", round3(sm.Minutes), "db_mib", mib(sm.DBBytes), "wal_mib", mib(sm.WALBytes),
-		"write_p99_ms", round3(ms(st.writeP99)), "writes", sm.Writes, "missed", sm.Missed, "errors", sm.Errors, "rss_mib", mib(sm.RSSBytes))
+		"write_p99_ms", round3(latency.Ms(st.writeP99)), "writes", sm.Writes, "missed", sm.Missed, "errors", sm.Errors, "rss_mib", mib(sm.RSSBytes))
 	return sm
 }
 
 func msPtr(d time.Duration) *float64 {
-	v := round3(ms(d))
+	v := round3(latency.Ms(d))
 	return &v
 }
 
@@ -265,4 +269,15 @@ func seriesMax(samples []soakSample, value func(*soakSample) (float64, bool)) fl
 		}
 	}
 	return m
+}
+
+// round3 rounds to three decimals, for the summary and the log.
+func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
+
+// mib formats a byte count in MiB ("-" for none).
+func mib(b int64) string {
+	if b == 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64)
 }

@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/kite-db/kite/internal/latency"
 )
 
 // soakStats gathers one server's latencies, compaction windows and errors
@@ -13,8 +15,8 @@ type soakStats struct {
 	log  *slog.Logger
 
 	mu      sync.Mutex
-	writes  histogram // since the last sample
-	lists   histogram // since the last sample
+	writes  latency.Histogram // since the last sample
+	lists   latency.Histogram // since the last sample
 	windows []compactWindow
 	taken   int // windows already reported by a sample
 	// outside is the longest write that overlapped no compaction window:
@@ -56,7 +58,7 @@ func (s *soakStats) write(t0, t1 time.Time, rev int64) {
 	d := t1.Sub(t0)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.writes.record(d)
+	s.writes.Record(d)
 	s.revision = max(s.revision, rev)
 	// Compactions run one at a time, minutes apart: only the last window
 	// can overlap a write that just ended.
@@ -74,7 +76,7 @@ func (s *soakStats) write(t0, t1 time.Time, rev int64) {
 func (s *soakStats) list(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.lists.record(d)
+	s.lists.Record(d)
 }
 
 // fail counts an error; the first few are logged, the first is kept.
@@ -110,14 +112,14 @@ func (s *soakStats) take(now time.Time) intervalStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := intervalStats{
-		writes:   s.writes.count(),
-		writeP99: s.writes.percentile(0.99),
-		lists:    s.lists.count(),
-		listP99:  s.lists.percentile(0.99),
+		writes:   s.writes.Count(),
+		writeP99: s.writes.Percentile(0.99),
+		lists:    s.lists.Count(),
+		listP99:  s.lists.Percentile(0.99),
 		errors:   s.errors,
 		revision: s.revision,
 	}
-	s.writes, s.lists = histogram{}, histogram{}
+	s.writes, s.lists = latency.Histogram{}, latency.Histogram{}
 	for ; s.taken < len(s.windows); s.taken++ {
 		w := s.windows[s.taken]
 		if w.end.IsZero() || w.end.After(now) {

@@ -1,3 +1,14 @@
+// Command kite-soak is kite's endurance test: a day of Kubernetes churn
+// compressed into --duration, against kite and the reference etcd side by
+// side, each under its own identical load, measured over time; samples,
+// charts and a pass/fail verdict on watch delivery, errors and growth.
+//
+//	kite-soak --kite-binary ./kite [--duration 60m] [--out DIR]
+//	kite-soak --smoke --servers kite --kite-binary ./kite   (CI: 90 s)
+//
+// The reference etcd runs in its own process (the hidden etcd-server
+// subcommand, etcd_server.go), so its memory can be read from /proc and
+// its CPU does not mix with the load generator's.
 package main
 
 import (
@@ -15,11 +26,6 @@ import (
 	"syscall"
 	"time"
 )
-
-// soakCommand is the subcommand of the endurance test: a day of
-// Kubernetes churn compressed into --duration, against kite and the
-// reference etcd side by side, measured over time (soak_*.go).
-const soakCommand = "soak"
 
 // soakConfig is everything the soak's flags decide. Rates are per second
 // and per server: each server gets the same load from its own driver.
@@ -61,13 +67,20 @@ const (
 	soakKite = "kite"
 )
 
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == etcdServerCommand {
+		os.Exit(runEtcdServer(os.Args[2:]))
+	}
+	os.Exit(runSoakMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
 func runSoakMain(args []string, stdout, stderr io.Writer) int {
 	cfg, level, err := parseSoakFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "kite-bench soak: %v\n", err)
+		fmt.Fprintf(stderr, "kite-soak: %v\n", err)
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
@@ -86,13 +99,13 @@ func runSoakMain(args []string, stdout, stderr io.Writer) int {
 
 func parseSoakFlags(args []string, stderr io.Writer) (*soakConfig, slog.Level, error) {
 	cfg := &soakConfig{}
-	fs := flag.NewFlagSet("kite-bench soak", flag.ContinueOnError)
+	fs := flag.NewFlagSet("kite-soak", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var servers, logLevel string
 	var smoke bool
 	var slackMiB float64
 	fs.StringVar(&servers, "servers", "etcd,kite", "servers to soak side by side, each under its own identical load: etcd, kite or both")
-	fs.StringVar(&cfg.kiteBinary, "kite-binary", "", "kite binary (default: kite next to kite-bench, then $PATH); \"etcd\" soaks a second reference etcd in its place")
+	fs.StringVar(&cfg.kiteBinary, "kite-binary", "", "kite binary (default: kite next to kite-soak, then $PATH); \"etcd\" soaks a second reference etcd in its place")
 	fs.StringVar(&cfg.out, "out", "soak-out", "directory for samples.csv, samples.jsonl, summary.json and one PNG chart per measure")
 	fs.StringVar(&cfg.workDir, "work-dir", "", "parent of the servers' temporary data directories (default: $TMPDIR)")
 	fs.DurationVar(&cfg.duration, "duration", 60*time.Minute, "length of the load (the default rates make an hour of it about a day of a 50-node cluster's churn)")
@@ -116,12 +129,12 @@ func parseSoakFlags(args []string, stderr io.Writer) (*soakConfig, slog.Level, e
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&smoke, "smoke", false, "compressed timings for CI: 90 s, a small live set, compaction every 10 s (flags given explicitly still win)")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `kite-bench soak: an endurance test. Objects created, updated and deleted,
+		fmt.Fprint(fs.Output(), `kite-soak: an endurance test. Objects created, updated and deleted,
 events on expiring leases, node leases, kept-alive leases, watchers on every
 prefix, kube-apiserver's compaction and paginated lists, against each server
 at once; measures sampled over time, charts drawn, pass/fail decided.
 
-  kite-bench soak --kite-binary ./kite [--duration 60m] [--out DIR]
+  kite-soak --kite-binary ./kite [--duration 60m] [--out DIR]
 
 Flags:
 `)
@@ -239,28 +252,11 @@ func validateSoak(cfg *soakConfig) error {
 	return nil
 }
 
-// benchConfig is the part of kite-bench's own configuration that starting
-// servers and connecting to them reads (server.go, run.go).
-func (cfg *soakConfig) benchConfig() *config {
-	return &config{
-		kiteBinary:  cfg.kiteBinary,
-		workDir:     cfg.workDir,
-		startupWait: cfg.startupWait,
-		opTimeout:   cfg.opTimeout,
-		datastore:   datastoreSQLite,
-		// Connection 0 carries the watch streams, the others the drivers.
-		conns:       4,
-		members:     1,
-		kiteServers: 1,
-		kineServers: 1,
-	}
-}
-
 // soakServer is one server under the soak, its connections, and
 // everything measured on it.
 type soakServer struct {
 	name  string
-	cl    *cluster
+	proc  *soakProc
 	t     *target
 	stats *soakStats
 	watch *soakWatch
@@ -274,33 +270,32 @@ func runSoak(ctx context.Context, cfg *soakConfig, log *slog.Logger, stdout io.W
 	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
 		return false, fmt.Errorf("create --out: %w", err)
 	}
-	bcfg := cfg.benchConfig()
 	var servers []*soakServer
 	defer func() {
 		for _, s := range servers {
 			s.t.close()
-			s.cl.stop()
+			s.proc.stop()
 		}
 	}()
 	for _, name := range cfg.servers {
-		kind, err := soakKind(name, bcfg)
+		argv, err := soakArgv(name, cfg)
 		if err != nil {
 			return false, err
 		}
-		c, err := startCluster(ctx, bcfg, log, kind, nil)
+		p, err := startSoakProc(ctx, cfg, log, name, argv)
 		if err != nil {
 			return false, err
 		}
-		t, err := connect(bcfg, name, c.endpoints(), c)
+		t, err := connect(name, p.endpoint, soakConns)
 		if err != nil {
-			c.stop()
+			p.stop()
 			return false, err
 		}
 		stats := newSoakStats(name, log)
 		watch := newSoakWatch(stats, soakPrefixes())
 		servers = append(servers, &soakServer{
 			name:  name,
-			cl:    c,
+			proc:  p,
 			t:     t,
 			stats: stats,
 			watch: watch,
@@ -390,15 +385,6 @@ func runSoak(ctx context.Context, cfg *soakConfig, log *slog.Logger, stdout io.W
 		pass = pass && s.Pass
 	}
 	return pass, nil
-}
-
-// soakKind is how to start the named server: the reference etcd (this
-// binary's etcd-server) or kite.
-func soakKind(name string, bcfg *config) (serverKind, error) {
-	if name == soakEtcd {
-		return etcdKind(name, bcfg)
-	}
-	return kiteKind(bcfg)
 }
 
 // eachServer runs f on every server at once (both are set up in the same

@@ -1,11 +1,13 @@
-package main
+// Package latency is the latency histogram of kite's load tools
+// (cmd/kite-bench, cmd/kite-soak).
+package latency
 
 import (
 	"math/bits"
 	"time"
 )
 
-// histogram is a log-linear latency histogram in nanoseconds: 64 linear
+// Histogram is a log-linear latency histogram in nanoseconds: 64 linear
 // sub-buckets per power of two, so any recorded value is reported within
 // 1/64 (~1.6%) of itself. A fixed array instead of a slice of samples keeps
 // memory bounded however long a duration-bounded run lasts, and lets every
@@ -14,7 +16,7 @@ import (
 // Index layout: values below 128 ns map to themselves; above, a value with
 // shift s = bitlen(v)-7 maps to s*64 + (v >> s), whose top bits lie in
 // [64, 128), so consecutive powers of two occupy consecutive 64-wide ranges.
-type histogram struct {
+type Histogram struct {
 	counts [histBuckets]uint64
 	n      uint64
 	max    int64
@@ -50,8 +52,8 @@ func histBounds(i int) (lo, hi int64) {
 	return mant << uint(shift), (mant+1)<<uint(shift) - 1
 }
 
-// record adds one latency.
-func (h *histogram) record(d time.Duration) {
+// Record adds one latency.
+func (h *Histogram) Record(d time.Duration) {
 	v := int64(d)
 	if v < 0 {
 		// A watch event can arrive before its writer saw the acknowledgement;
@@ -66,8 +68,8 @@ func (h *histogram) record(d time.Duration) {
 	}
 }
 
-// merge adds every value of o to h.
-func (h *histogram) merge(o *histogram) {
+// Merge adds every value of o to h.
+func (h *Histogram) Merge(o *Histogram) {
 	for i, c := range o.counts {
 		h.counts[i] += c
 	}
@@ -78,13 +80,13 @@ func (h *histogram) merge(o *histogram) {
 	}
 }
 
-// count is the number of recorded values.
-func (h *histogram) count() uint64 { return h.n }
+// Count is the number of recorded values.
+func (h *Histogram) Count() uint64 { return h.n }
 
-// percentile returns the value below which a fraction q (0..1) of the
+// Percentile returns the value below which a fraction q (0..1) of the
 // recorded values lie: the middle of the bucket that holds it, never more
 // than the exact maximum.
-func (h *histogram) percentile(q float64) time.Duration {
+func (h *Histogram) Percentile(q float64) time.Duration {
 	if h.n == 0 {
 		return 0
 	}
@@ -106,16 +108,16 @@ func (h *histogram) percentile(q float64) time.Duration {
 	return time.Duration(h.max)
 }
 
-// maximum is the exact largest recorded value.
-func (h *histogram) maximum() time.Duration { return time.Duration(h.max) }
+// Max is the exact largest recorded value.
+func (h *Histogram) Max() time.Duration { return time.Duration(h.max) }
 
-// mean is the exact average of the recorded values.
-func (h *histogram) mean() time.Duration {
+// Mean is the exact average of the recorded values.
+func (h *Histogram) Mean() time.Duration {
 	if h.n == 0 {
 		return 0
 	}
 	return time.Duration(h.sum / int64(h.n))
 }
 
-// ms converts a duration to fractional milliseconds for reports.
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+// Ms converts a duration to fractional milliseconds for reports.
+func Ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -274,3 +274,21 @@ func (l *watchLedger) consume(ctx context.Context, ch clientv3.WatchChan, create
 		stats.fail("watch", fmt.Errorf("watch on %s closed by the server", l.prefix))
 	}
 }
+
+// deliveryTimeout is how long a write may wait for its watch event before
+// it counts as missed (kite-bench's watch workloads wait as long).
+const deliveryTimeout = 10 * time.Second
+
+// waitGroupCtx waits for wg, ctx or timeout, whichever comes first.
+func waitGroupCtx(ctx context.Context, wg *sync.WaitGroup, timeout time.Duration) error {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(timeout):
+		return fmt.Errorf("not done after %s", timeout)
+	}
+}

@@ -10,6 +10,9 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/kite-db/kite/internal/latency"
+	"github.com/kite-db/kite/internal/testenv"
 )
 
 // compactPauseTarget is the longest write a compaction may cause. It is
@@ -93,8 +96,8 @@ func summarize(cfg *soakConfig, s *soakServer, all []soakSample, end time.Time) 
 		sum.RSSPeakBytes = max(sum.RSSPeakBytes, sm.RSSBytes)
 	}
 	// The kernel's high-water mark also counts peaks between samples.
-	if peak, err := s.cl.peakRSSNodes(); err == nil {
-		sum.RSSPeakBytes = max(sum.RSSPeakBytes, peak[0])
+	if peak, err := testenv.StatusBytes(s.proc.proc.Pid(), testenv.StatusPeakRSS); err == nil {
+		sum.RSSPeakBytes = max(sum.RSSPeakBytes, peak)
 	}
 	if n := len(samples); n > 0 {
 		sum.Minutes = samples[n-1].Minutes
@@ -103,8 +106,8 @@ func summarize(cfg *soakConfig, s *soakServer, all []soakSample, end time.Time) 
 	sum.ListP99MaxMs = zeroNaN(seriesMax(samples, func(s *soakSample) (float64, bool) { return deref(s.ListP99ms) }))
 	sum.WriteP99MaxMs = zeroNaN(seriesMax(samples, func(s *soakSample) (float64, bool) { return deref(s.WriteP99ms) }))
 	compactions, pause, outside, errs, firstErr := s.stats.totals()
-	sum.Compactions, sum.CompactionPauseMaxMs = compactions, round3(ms(pause))
-	sum.WriteMaxOutsideMs = round3(ms(outside))
+	sum.Compactions, sum.CompactionPauseMaxMs = compactions, round3(latency.Ms(pause))
+	sum.WriteMaxOutsideMs = round3(latency.Ms(outside))
 	sum.PauseWithinTarget = pause <= compactPauseTarget
 	sum.Errors, sum.FirstError = errs, firstErr
 

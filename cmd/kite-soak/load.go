@@ -503,3 +503,18 @@ func (l *soakLoad) compact(ctx context.Context, kv *clientv3.Client, t, rev int6
 	l.log.Debug("compacted", "server", l.t.name, "revision", rev, "took", took)
 	return t + 1, cur
 }
+
+// listPageLimit is the page size of the soak's lists: kube-apiserver's
+// (and kite-bench's list workload's).
+const listPageLimit = 500
+
+// makeValue returns a deterministic value of size bytes: the same
+// stream for every server, so each is loaded alike.
+func makeValue(size int, seed uint64) string {
+	r := rand.New(rand.NewPCG(seed, 0x6b697465))
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = byte('a' + r.IntN(26))
+	}
+	return string(b)
+}

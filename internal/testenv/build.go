@@ -1,0 +1,45 @@
+package testenv
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// ModuleRoot is the directory of kite's main module, found from dir (a
+// directory inside it or inside a module nested in it, such as test/k8s).
+func ModuleRoot(dir string) (string, error) {
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/kite-db/kite")
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		return "", fmt.Errorf("go list -m github.com/kite-db/kite: %w\n%s", err, stderr)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// GoBuild builds pkg, resolved in the module at root, into out.
+func GoBuild(root, out, pkg string) error {
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+// BuildKite builds kite's server (./cmd/kite of the module at root) into
+// dir/kite and returns its path. It is the one place test code builds
+// kite, so a build flag every test kite needs is added here alone.
+func BuildKite(root, dir string) (string, error) {
+	bin := filepath.Join(dir, "kite")
+	if err := GoBuild(root, bin, "./cmd/kite"); err != nil {
+		return "", err
+	}
+	return bin, nil
+}
