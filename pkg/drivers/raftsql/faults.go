@@ -13,9 +13,11 @@ import (
 // still reach it), and /kite/test/heal, which mends the links. Tests use
 // them to partition a leader without network namespaces; a member started
 // without the setting does not serve them. /kite/test/fail-apply makes the
-// next apply on this member fail as a storage error would (the database
-// is left as it was), to test that a member stops rather than serve a
-// state that differs from the others', and recovers on restart.
+// next write statement (a Put or Delete) of this member's SQLite fail, as
+// a storage error would, inside the transaction that applies a committed
+// entry (the database is left as it was): to test that a member stops
+// rather than serve a state that differs from the others', and recovers
+// on restart.
 const (
 	pathIsolate   = "/kite/test/isolate"
 	pathHeal      = "/kite/test/heal"
@@ -23,7 +25,7 @@ const (
 )
 
 // errTestApplyFault is the storage error /kite/test/fail-apply injects.
-var errTestApplyFault = errors.New("test fault: the database refused the write")
+var errTestApplyFault = errors.New("raftsql: test fault: the database refused the write")
 
 func (n *Node) handleFaults(mux *http.ServeMux) {
 	if !n.cfg.TestFaults {
@@ -50,7 +52,9 @@ func (n *Node) handleFaults(mux *http.ServeMux) {
 			http.Error(w, "POST only", http.StatusMethodNotAllowed)
 			return
 		}
-		n.failApply.Store(true)
-		n.log.Warn("test fault: the next apply fails")
+		b := n.db.acquire()
+		b.FailNextWrite(errTestApplyFault)
+		n.db.release()
+		n.log.Warn("test fault: the next write to the database fails")
 	})
 }

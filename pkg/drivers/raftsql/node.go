@@ -59,8 +59,6 @@ type Node struct {
 	peerClient  *http.Client
 
 	applier mvcc.Applier
-	// failApply: the next apply fails (faults.go; tests only).
-	failApply atomic.Bool
 
 	// Written by the apply loop, or by the Ready loop while the apply loop
 	// is idle (a received snapshot).
