@@ -226,7 +226,7 @@ func buildKite(t *testing.T, ctx context.Context) string {
 		t.Fatal(err)
 	}
 	kite := filepath.Join(t.TempDir(), "kite")
-	build := exec.CommandContext(ctx, goCmd, "build", "-o", kite, "github.com/kite-db/kite/cmd/kite")
+	build := exec.CommandContext(ctx, goCmd, "build", "-tags", "kitetest", "-o", kite, "github.com/kite-db/kite/cmd/kite")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build kite: %v\n%s", err, out)
 	}

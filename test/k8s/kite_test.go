@@ -121,7 +121,7 @@ func buildKite() (string, func(), error) {
 	}
 	cleanup := func() { os.RemoveAll(dir) }
 	bin := filepath.Join(dir, "kite")
-	cmd := exec.Command("go", "build", "-C", "../..", "-o", bin, "./cmd/kite")
+	cmd := exec.Command("go", "build", "-tags", "kitetest", "-C", "../..", "-o", bin, "./cmd/kite")
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
 		cleanup()
