@@ -173,6 +173,11 @@ func (n *Node) postPeer(ctx context.Context, url string, body []byte, resp proto
 	if err := peerErrorOf(hr.Header.Get(headerPeerError)); err != nil {
 		return !retryAtLeader(err), err
 	}
+	if hr.StatusCode == http.StatusNotFound && hr.Header.Get(headerPeerError) == "" {
+		// A leader of an older kite, from before errors travelled by
+		// name, answers an unknown lease so (in a rolling upgrade).
+		return true, mvcc.ErrLeaseNotFound
+	}
 	return false, fmt.Errorf("%s answered %s: %s", url, hr.Status, bytes.TrimSpace(b))
 }
 

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/kite-db/kite/pkg/mvcc"
 )
 
 // An error a member's peer handler returns reaches the member that asked
@@ -39,6 +41,14 @@ func TestPeerErrorsSurviveTheTrip(t *testing.T) {
 	answer = errors.New("something else")
 	if done, err := n.postPeer(t.Context(), srv.URL, nil, &pb.LeaseKeepAliveResponse{}); done || err == nil {
 		t.Errorf("an unnamed error: done %v, err %v; want a retry", done, err)
+	}
+	// An older leader's unknown lease: 404 without a name.
+	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "lease not found", http.StatusNotFound)
+	}))
+	defer old.Close()
+	if done, err := n.postPeer(t.Context(), old.URL, nil, &pb.LeaseKeepAliveResponse{}); !done || !errors.Is(err, mvcc.ErrLeaseNotFound) {
+		t.Errorf("an older leader's 404: done %v, err %v; want mvcc.ErrLeaseNotFound", done, err)
 	}
 	answer = nil
 	if done, err := n.postPeer(t.Context(), srv.URL, nil, &pb.LeaseKeepAliveResponse{}); !done || err != nil {
