@@ -322,9 +322,11 @@ func TestRaftSQLMemberListWithMemberDown(t *testing.T) {
 }
 
 // TestRaftSQLApplyFailureStopsMember: a member whose database refuses a
-// committed write (injected: the kite-only fail-apply hook) stops instead
-// of serving a state that differs from the others'; the cluster goes on,
-// and the member restarted replays the entry from its WAL and converges.
+// committed write stops instead of serving a state that differs from the
+// others'; the cluster goes on, and the member restarted replays the
+// entry from its WAL and converges. The fault (the kite-only fail-apply
+// test hook) fails the next Put statement inside the SQLite transaction
+// that applies the entry, as a real storage error would.
 func TestRaftSQLApplyFailureStopsMember(t *testing.T) {
 	if againstEtcd {
 		t.Skip("the fault is a kite test hook")
@@ -332,7 +334,8 @@ func TestRaftSQLApplyFailureStopsMember(t *testing.T) {
 	c := startCluster(t, 3)
 	ctx := testCtx(t, time.Minute)
 	l := c.leaderIndex(t)
-	f := c.members[c.others(l)[0]]
+	others := c.others(l)
+	f, g := c.members[others[0]], c.members[others[1]]
 	f.fault(t, "fail-apply")
 	if _, err := c.members[l].Client.Put(ctx, "fail/1", "a"); err != nil {
 		t.Fatalf("put through the leader: %v", err)
@@ -342,16 +345,32 @@ func TestRaftSQLApplyFailureStopsMember(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("member %s still running after its apply failed\nlog:\n%s", f.name, f.log.Tail(8192))
 	}
-	if out := f.log.Tail(1 << 20); !strings.Contains(out, "test fault") || f.cmd.ProcessState.ExitCode() == 0 {
+	// The stop names the storage error of the entry, raised in the
+	// transaction applying it.
+	out := f.log.Tail(1 << 20)
+	if !strings.Contains(out, "raftsql node stopped") || !strings.Contains(out, "the database refused the write") ||
+		f.cmd.ProcessState.ExitCode() == 0 {
 		t.Fatalf("member %s exited (%v) without reporting the failed apply:\n%s", f.name, f.cmd.ProcessState, f.log.Tail(4096))
 	}
+	if resp, err := http.Get(f.Endpoint + "/readyz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Fatalf("member %s /readyz is ready after its apply failed", f.name)
+		}
+	}
+	// The others go on: a quorum of two commits writes through either.
 	last := putEventually(t, c.members[l], "fail/2", "b", 10*time.Second).Header.Revision
+	r3, err := g.Client.Put(ctx, "fail/3", "c")
+	if err != nil {
+		t.Fatalf("put through the other follower %s: %v", g.name, err)
+	}
+	last = r3.Header.Revision
 	f.Kill()
 	f.Restart()
 	waitApplied(t, c, last)
 	sameHashKV(t, ctx, c, last)
 	got, err := f.Client.Get(ctx, "fail/", clientv3.WithPrefix(), clientv3.WithSerializable())
-	if err != nil || len(got.Kvs) != 2 {
-		t.Fatalf("restarted member's keys: %v %v; want fail/1 and fail/2", got, err)
+	if err != nil || len(got.Kvs) != 3 {
+		t.Fatalf("restarted member's keys: %v %v; want fail/1, fail/2 and fail/3", got, err)
 	}
 }

@@ -79,7 +79,8 @@ type copyConfig struct {
 
 	// progressEvery spaces the progress lines on stderr.
 	progressEvery time.Duration
-	// pauseBeforeCommit is a test hook (KITE_TEST_COPY_PAUSE_BEFORE_COMMIT):
+	// pauseBeforeCommit is a test hook (KITE_TEST_COPY_PAUSE_BEFORE_COMMIT,
+	// kitetest builds only):
 	// the copy waits that long with everything written and nothing
 	// committed, so a test can kill it at the worst moment.
 	pauseBeforeCommit time.Duration
@@ -95,10 +96,8 @@ func runCopy(args []string) int {
 		fmt.Fprintf(os.Stderr, "kite copy: %v\n", err)
 		return 2
 	}
-	if v := os.Getenv("KITE_TEST_COPY_PAUSE_BEFORE_COMMIT"); v != "" {
-		if cfg.pauseBeforeCommit, err = time.ParseDuration(v); err != nil {
-			return fatalf("copy: KITE_TEST_COPY_PAUSE_BEFORE_COMMIT: %v", err)
-		}
+	if cfg.pauseBeforeCommit, err = testCopyPause(); err != nil {
+		return fatalf("copy: %v", err)
 	}
 	// SIGINT or SIGTERM cancels the copy; the write transaction is rolled
 	// back, so the target is left as it was.

@@ -382,8 +382,8 @@ func (f *serveFlags) raftConfig() (*raftsql.Config, error) {
 			AutoTLS:  f.peerAutoTLS,
 			Validity: f.selfSignedCertValidity,
 		},
-		// Tests partition members through it (pkg/drivers/raftsql/faults.go).
-		TestFaults: os.Getenv("KITE_TEST_PEER_FAULTS") == "1",
+		// Tests partition members through it (kitetest builds only).
+		TestFaults: testPeerFaults(),
 	}, nil
 }
 

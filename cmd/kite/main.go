@@ -7,9 +7,7 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"os"
 )
 
@@ -17,20 +15,9 @@ import (
 // after its name, returning the exit code). Serving is the default when the
 // first argument is not a subcommand, so `kite --data-dir x` works like etcd.
 func main() {
-	// KITE_TEST_DNS_SERVER=127.0.0.1:PORT sends every name lookup of this
-	// process (listening, dialing peers, --discovery-srv) to that DNS
-	// server. It exists for tests, which serve a cluster's names and SRV
-	// records themselves and change them while kite runs
-	// (test/dnsserver_test.go), as KITE_TEST_PEER_FAULTS serves the peer
-	// fault hooks (pkg/drivers/raftsql/faults.go); it is set once, here,
-	// before anything looks a name up, and never in production.
-	if addr := os.Getenv("KITE_TEST_DNS_SERVER"); addr != "" {
-		net.DefaultResolver = &net.Resolver{PreferGo: true,
-			Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-				var d net.Dialer
-				return d.DialContext(ctx, network, addr)
-			}}
-	}
+	// Tests (kitetest builds only) may send name lookups to their own DNS
+	// server: set before anything looks a name up.
+	setTestResolver()
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case "version":

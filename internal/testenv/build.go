@@ -23,9 +23,11 @@ func ModuleRoot(dir string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// GoBuild builds pkg, resolved in the module at root, into out.
-func GoBuild(root, out, pkg string) error {
-	cmd := exec.Command("go", "build", "-o", out, pkg)
+// GoBuild builds pkg, resolved in the module at root, into out, with the
+// build flags given.
+func GoBuild(root, out, pkg string, flags ...string) error {
+	args := append(append([]string{"build"}, flags...), "-o", out, pkg)
+	cmd := exec.Command("go", args...)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
@@ -35,10 +37,12 @@ func GoBuild(root, out, pkg string) error {
 
 // BuildKite builds kite's server (./cmd/kite of the module at root) into
 // dir/kite and returns its path. It is the one place test code builds
-// kite, so a build flag every test kite needs is added here alone.
+// kite, so a build flag every test kite needs is added here alone: the
+// kitetest tag compiles in the test hooks (fault endpoints, a DNS resolver
+// override, a copy pause) that a release binary does not have.
 func BuildKite(root, dir string) (string, error) {
 	bin := filepath.Join(dir, "kite")
-	if err := GoBuild(root, bin, "./cmd/kite"); err != nil {
+	if err := GoBuild(root, bin, "./cmd/kite", "-tags", "kitetest"); err != nil {
 		return "", err
 	}
 	return bin, nil

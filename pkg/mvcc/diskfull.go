@@ -2,8 +2,6 @@ package mvcc
 
 import (
 	"errors"
-	"strings"
-	"syscall"
 	"time"
 )
 
@@ -12,19 +10,9 @@ import (
 const diskFullWarnEvery = 10 * time.Second
 
 // isDiskFull reports whether a storage error means the disk (or the
-// database server's) is full: ENOSPC, SQLite's SQLITE_FULL ("database or
-// disk is full"), or Postgres' disk_full (SQLSTATE 53100).
-func isDiskFull(err error) bool {
-	if err == nil {
-		return false
-	}
-	if errors.Is(err, syscall.ENOSPC) {
-		return true
-	}
-	msg := strings.ToLower(err.Error())
-	return strings.Contains(msg, "disk is full") || strings.Contains(msg, "no space left on device") ||
-		strings.Contains(msg, "sqlstate 53100")
-}
+// database server's) is full: the drivers wrap such errors with
+// ErrDiskFull, each from its database's own error code.
+func isDiskFull(err error) bool { return errors.Is(err, ErrDiskFull) }
 
 // warnDiskFull logs, at most every diskFullWarnEvery, that writes fail
 // because the disk is full, so an operator sees the cause rather than

@@ -18,7 +18,8 @@ import (
 )
 
 // fullDisk is a Backend on a real SQLite file whose commits fail as on a
-// full disk while full is set.
+// full disk while full is set: with the ENOSPC wrapped in ErrDiskFull, as
+// the drivers wrap it.
 type fullDisk struct {
 	mvcc.Backend
 	mu   sync.Mutex
@@ -44,7 +45,7 @@ func (t *fullDiskTx) Commit() error {
 	t.b.mu.Unlock()
 	if full {
 		t.WriteTx.Rollback()
-		return fmt.Errorf("commit: %w", syscall.ENOSPC)
+		return fmt.Errorf("commit: %w: %w", mvcc.ErrDiskFull, syscall.ENOSPC)
 	}
 	return t.WriteTx.Commit()
 }

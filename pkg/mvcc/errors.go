@@ -40,4 +40,22 @@ var (
 	// the limit alike, so a replicated log may answer the request with it
 	// instead of stopping (the only storage error that is an answer).
 	ErrTooManyChanges = errors.New("mvcc: too many changes in one revision")
+	// ErrDiskFull: the storage refused a write because its disk is full
+	// (ENOSPC, SQLite's SQLITE_FULL, Postgres' disk_full). Drivers wrap the
+	// database's error with it, so the store can tell an operator the cause.
+	ErrDiskFull = errors.New("mvcc: disk full")
+	// ErrRequestTooLarge: a write request is larger than the largest one
+	// the server (or the replicated log) accepts.
+	ErrRequestTooLarge = errors.New("mvcc: request is too large")
+
+	// The errors of a Replicator (raftsql): why a proposal, a linearizable
+	// read or a request forwarded to the leader got no answer.
+
+	// ErrStopped: the replica is stopping or has stopped.
+	ErrStopped = errors.New("mvcc: replica stopped")
+	// ErrNoLeader: the replicated log has no leader to commit through.
+	ErrNoLeader = errors.New("mvcc: no leader")
+	// ErrTimeout: the request was not committed (or the read not
+	// confirmed) in time; it may still be committed later.
+	ErrTimeout = errors.New("mvcc: request timed out")
 )

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/binary"
+	"errors"
 	"net/url"
 	"slices"
 	"strings"
@@ -58,6 +59,38 @@ func clusterID(members ...uint64) uint64 {
 	return binary.BigEndian.Uint64(sum[:8])
 }
 
+// The errors a Clustered member returns for a refused membership change or
+// leader transfer; toGRPCError gives the client etcd's for each.
+var (
+	// ErrMemberNotFound: no member has the ID (or it was removed).
+	ErrMemberNotFound = errors.New("server: member not found")
+	// ErrMemberExists: a member with the ID is already in the cluster.
+	ErrMemberExists = errors.New("server: member already exists")
+	// ErrPeerURLExists: another member already has one of the peer URLs.
+	ErrPeerURLExists = errors.New("server: peer URL already exists")
+	// ErrMemberNotLearner: only a learner can be promoted.
+	ErrMemberNotLearner = errors.New("server: member is not a learner")
+	// ErrTooManyLearners: the cluster already has as many learners as it
+	// allows.
+	ErrTooManyLearners = errors.New("server: too many learners")
+	// ErrLearnerNotReady: the learner's log is too far behind the leader's
+	// to be promoted.
+	ErrLearnerNotReady = errors.New("server: learner not ready")
+	// ErrMemberNotEnoughStarted: the change would leave fewer started
+	// voters than a quorum.
+	ErrMemberNotEnoughStarted = errors.New("server: not enough started members")
+	// ErrUnhealthy: the change would leave fewer connected voters than a
+	// quorum.
+	ErrUnhealthy = errors.New("server: unhealthy cluster")
+	// ErrNotLeader: the request must be made to (or answered by) the
+	// leader and this member is not.
+	ErrNotLeader = errors.New("server: not leader")
+	// ErrBadLeaderTransferee: the transfer target is not a member.
+	ErrBadLeaderTransferee = errors.New("server: bad leader transferee")
+	// ErrLeaderTransferTimeout: the target did not take the lead in time.
+	ErrLeaderTransferTimeout = errors.New("server: leader transfer timed out")
+)
+
 // Clustered is implemented by a Backend that is one member of a replicated
 // cluster (raftsql). The server reports the cluster through it: member and
 // cluster IDs, the members, raft's status in headers and Status, and stops
@@ -70,12 +103,13 @@ type Clustered interface {
 	// last committed and the last applied index.
 	RaftStatus() (leader, term, index, applied uint64)
 	// MoveLeader hands leadership to member target and waits until it
-	// leads, with etcd's errors (not leader, bad transferee, timeout).
+	// leads: ErrNotLeader, ErrBadLeaderTransferee, ErrLeaderTransferTimeout.
 	MoveLeader(ctx context.Context, target uint64) error
 	// AddMember, RemoveMember, UpdateMember and PromoteMember change the
 	// membership through the replicated log and return the members after
-	// the change, with etcd's errors (member exists, not found, not a
-	// learner, learner not ready, not enough started members, ...).
+	// the change, or the errors above (ErrMemberExists, ErrMemberNotFound,
+	// ErrMemberNotLearner, ErrLearnerNotReady, ...) and the store's
+	// (mvcc.ErrTimeout, mvcc.ErrStopped, ...).
 	AddMember(ctx context.Context, peerURLs []string, learner bool) (*pb.Member, []*pb.Member, error)
 	RemoveMember(ctx context.Context, id uint64) ([]*pb.Member, error)
 	UpdateMember(ctx context.Context, id uint64, peerURLs []string) ([]*pb.Member, error)
@@ -129,7 +163,7 @@ func (s *clusterServer) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (
 	}
 	m, ms, err := s.hdr.raft.AddMember(ctx, urls, r.IsLearner)
 	if err != nil {
-		return nil, err
+		return nil, toGRPCError(err)
 	}
 	return &pb.MemberAddResponse{Header: s.header(), Member: m, Members: ms}, nil
 }
@@ -140,7 +174,7 @@ func (s *clusterServer) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequ
 	}
 	ms, err := s.hdr.raft.RemoveMember(ctx, r.ID)
 	if err != nil {
-		return nil, err
+		return nil, toGRPCError(err)
 	}
 	return &pb.MemberRemoveResponse{Header: s.header(), Members: ms}, nil
 }
@@ -155,7 +189,7 @@ func (s *clusterServer) MemberUpdate(ctx context.Context, r *pb.MemberUpdateRequ
 	}
 	ms, err := s.hdr.raft.UpdateMember(ctx, r.ID, urls)
 	if err != nil {
-		return nil, err
+		return nil, toGRPCError(err)
 	}
 	return &pb.MemberUpdateResponse{Header: s.header(), Members: ms}, nil
 }
@@ -171,7 +205,7 @@ func (s *clusterServer) MemberPromote(ctx context.Context, r *pb.MemberPromoteRe
 	}
 	ms, err := s.hdr.raft.PromoteMember(ctx, r.ID)
 	if err != nil {
-		return nil, err
+		return nil, toGRPCError(err)
 	}
 	return &pb.MemberPromoteResponse{Header: s.header(), Members: ms}, nil
 }

@@ -12,9 +12,10 @@ import (
 	"github.com/kite-db/kite/pkg/mvcc"
 )
 
-// errRequestTooLarge mirrors etcdserver's ErrRequestTooLarge: a write whose
-// encoded form exceeds MaxRequestBytes.
-var errRequestTooLarge = errors.New("etcdserver: request is too large")
+// errLeaderTransferTimeout is etcd's answer when a leader transfer takes
+// too long (etcdserver.ErrTimeoutLeaderTransfer, which rpctypes does not
+// declare: its text, with the code clients retry).
+var errLeaderTransferTimeout = status.Error(codes.Unavailable, "etcdserver: request timed out, leader transfer took too long")
 
 // errorMap pairs each sentinel a handler can see with the gRPC status etcd
 // answers for it. Order does not matter: sentinels are distinct.
@@ -31,7 +32,23 @@ var errorMap = []struct {
 	{mvcc.ErrNoSpace, rpctypes.ErrGRPCNoSpace},
 	{mvcc.ErrCorrupt, rpctypes.ErrGRPCCorrupt},
 	{mvcc.ErrClosed, rpctypes.ErrGRPCStopped},
-	{errRequestTooLarge, rpctypes.ErrGRPCRequestTooLarge},
+	{mvcc.ErrRequestTooLarge, rpctypes.ErrGRPCRequestTooLarge},
+	// A replicated log's (raftsql) answers when it could not commit.
+	{mvcc.ErrStopped, rpctypes.ErrGRPCStopped},
+	{mvcc.ErrNoLeader, rpctypes.ErrGRPCNoLeader},
+	{mvcc.ErrTimeout, rpctypes.ErrGRPCTimeout},
+	// A Clustered member's membership and leadership errors (cluster.go).
+	{ErrMemberNotFound, rpctypes.ErrGRPCMemberNotFound},
+	{ErrMemberExists, rpctypes.ErrGRPCMemberExist},
+	{ErrPeerURLExists, rpctypes.ErrGRPCPeerURLExist},
+	{ErrMemberNotLearner, rpctypes.ErrGRPCMemberNotLearner},
+	{ErrTooManyLearners, rpctypes.ErrGRPCTooManyLearners},
+	{ErrLearnerNotReady, rpctypes.ErrGRPCLearnerNotReady},
+	{ErrMemberNotEnoughStarted, rpctypes.ErrGRPCMemberNotEnoughStarted},
+	{ErrUnhealthy, rpctypes.ErrGRPCUnhealthy},
+	{ErrNotLeader, rpctypes.ErrGRPCNotLeader},
+	{ErrBadLeaderTransferee, rpctypes.ErrGRPCBadLeaderTransferee},
+	{ErrLeaderTransferTimeout, errLeaderTransferTimeout},
 	// etcd's auth store's errors (go.etcd.io/etcd/server/v3/auth).
 	{auth.ErrRootUserNotExist, rpctypes.ErrGRPCRootUserNotExist},
 	{auth.ErrRootRoleNotExist, rpctypes.ErrGRPCRootRoleNotExist},
@@ -76,5 +93,9 @@ func toGRPCError(err error) error {
 		// "request timed out"; the text keeps what the storage said.
 		return status.Error(codes.Unavailable, err.Error())
 	}
+	// mvcc.ErrTooManyChanges (a DeleteRange or lease revoke of more keys
+	// than one revision holds) and mvcc.ErrDiskFull have no etcd
+	// counterpart: etcd has no such bound, and stops on a full disk. Both
+	// stay Unknown with the storage's text, which says what to do.
 	return status.Error(codes.Unknown, err.Error())
 }

@@ -27,7 +27,21 @@ func TestToGRPCError(t *testing.T) {
 		{mvcc.ErrKeyNotFound, rpctypes.ErrGRPCKeyNotFound},
 		{mvcc.ErrNoSpace, rpctypes.ErrGRPCNoSpace},
 		{mvcc.ErrClosed, rpctypes.ErrGRPCStopped},
-		{errRequestTooLarge, rpctypes.ErrGRPCRequestTooLarge},
+		{mvcc.ErrRequestTooLarge, rpctypes.ErrGRPCRequestTooLarge},
+		{mvcc.ErrStopped, rpctypes.ErrGRPCStopped},
+		{mvcc.ErrNoLeader, rpctypes.ErrGRPCNoLeader},
+		{mvcc.ErrTimeout, rpctypes.ErrGRPCTimeout},
+		{ErrMemberNotFound, rpctypes.ErrGRPCMemberNotFound},
+		{ErrMemberExists, rpctypes.ErrGRPCMemberExist},
+		{ErrPeerURLExists, rpctypes.ErrGRPCPeerURLExist},
+		{ErrMemberNotLearner, rpctypes.ErrGRPCMemberNotLearner},
+		{ErrTooManyLearners, rpctypes.ErrGRPCTooManyLearners},
+		{ErrLearnerNotReady, rpctypes.ErrGRPCLearnerNotReady},
+		{ErrMemberNotEnoughStarted, rpctypes.ErrGRPCMemberNotEnoughStarted},
+		{ErrUnhealthy, rpctypes.ErrGRPCUnhealthy},
+		{ErrNotLeader, rpctypes.ErrGRPCNotLeader},
+		{ErrBadLeaderTransferee, rpctypes.ErrGRPCBadLeaderTransferee},
+		{ErrLeaderTransferTimeout, errLeaderTransferTimeout},
 		{context.Canceled, rpctypes.ErrGRPCCanceled},
 		{context.DeadlineExceeded, rpctypes.ErrGRPCDeadlineExceeded},
 		// Wrapped sentinels map the same way.
@@ -46,6 +60,20 @@ func TestToGRPCError(t *testing.T) {
 	got := toGRPCError(errors.New("disk on fire"))
 	if st, _ := status.FromError(got); st.Code() != codes.Unknown || st.Message() != "disk on fire" {
 		t.Errorf("unknown error: got %v", got)
+	}
+	// No etcd counterpart: Unknown with the storage's text, as before
+	// these were sentinels.
+	for _, err := range []error{
+		fmt.Errorf("delete: %w: revision 9: change 1048576 is beyond ...", mvcc.ErrTooManyChanges),
+		fmt.Errorf("commit: %w: database or disk is full", mvcc.ErrDiskFull),
+	} {
+		if st, _ := status.FromError(toGRPCError(err)); st.Code() != codes.Unknown || st.Message() != err.Error() {
+			t.Errorf("%v: got %v; want code Unknown with the storage's text", err, st)
+		}
+	}
+	if st, _ := status.FromError(errLeaderTransferTimeout); st.Code() != codes.Unavailable ||
+		st.Message() != "etcdserver: request timed out, leader transfer took too long" {
+		t.Errorf("leader transfer timeout: %v; want etcd's", st)
 	}
 	unavailable := fmt.Errorf("%w: commit: connection reset", mvcc.ErrUnavailable)
 	if st, _ := status.FromError(toGRPCError(unavailable)); st.Code() != codes.Unavailable || st.Message() != unavailable.Error() {

@@ -126,7 +126,7 @@ func checkRequestSize(r *pb.InternalRaftRequest, maxBytes int) error {
 	// always take the full ten varint bytes.
 	r.Header = &pb.RequestHeader{ID: math.MaxUint64}
 	if proto.Size(r) > maxBytes {
-		return toGRPCError(errRequestTooLarge)
+		return toGRPCError(mvcc.ErrRequestTooLarge)
 	}
 	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/kite-db/kite/pkg/mvcc"
 )
 
 // TestKVMetricsTxn checks etcd's counting of txns: a write txn's compare
@@ -57,7 +59,7 @@ func TestKVMetricsTxn(t *testing.T) {
 func TestProposalFailed(t *testing.T) {
 	m := newKVMetrics(prometheus.NewRegistry())
 	m.write()(nil)
-	m.write()(errRequestTooLarge)
+	m.write()(mvcc.ErrRequestTooLarge)
 	if got := metricValue(m.failed); got != 0 {
 		t.Fatalf("failed = %v after a success and a refused request", got)
 	}

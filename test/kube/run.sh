@@ -217,7 +217,7 @@ free_port() {
 # ---------------------------------------------------------------- build
 build() {
   log "building kite and etcdctl"
-  go build -C "$ROOT" -o "$BIN/kite" ./cmd/kite
+  go build -tags kitetest -C "$ROOT" -o "$BIN/kite" ./cmd/kite
   go build -C "$ROOT" -o "$BIN/etcdctl" go.etcd.io/etcd/etcdctl/v3
   log "building kube-apiserver, kube-controller-manager, kubectl (cold: many minutes)"
   (cd "$HERE" && go build -o "$BIN/" k8s.io/kubernetes/cmd/kube-apiserver \

@@ -54,7 +54,7 @@ func (b *Backend) Defragment(ctx context.Context) error {
 	// Exec without arguments uses the simple protocol, outside any
 	// transaction block, as VACUUM requires.
 	if _, err := b.pool.Exec(ctx, "VACUUM (FULL, ANALYZE) "+strings.Join(kiteTables(), ", ")); err != nil {
-		return unavailable(fmt.Errorf("defragment: vacuum: %w", err))
+		return classify(fmt.Errorf("defragment: vacuum: %w", err))
 	}
 	b.log.Info("defragmented")
 	return nil

@@ -131,7 +131,7 @@ func (b *Backend) GetLatest(ctx context.Context, key []byte) (*mvccpb.KeyValue, 
 	err := b.pool.QueryRow(ctx, sqlGetLatest, nonNil(key)).Scan(&current, &compacted,
 		&kv.Key, &kv.CreateRevision, &kv.ModRevision, &kv.Version, &kv.Lease, &kv.Value)
 	if err != nil {
-		return nil, 0, 0, unavailable(fmt.Errorf("get latest: %w", err))
+		return nil, 0, 0, classify(fmt.Errorf("get latest: %w", err))
 	}
 	if kv.ModRevision == 0 { // no live row: the key does not exist
 		return nil, current, compacted, nil

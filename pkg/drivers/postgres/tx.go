@@ -51,14 +51,14 @@ func (b *Backend) BeginRead(ctx context.Context) (mvcc.ReadTx, error) {
 	}
 	pc, err := b.pool.Acquire(ctx)
 	if err != nil {
-		return nil, unavailable(fmt.Errorf("begin read: acquire connection: %w", err))
+		return nil, classify(fmt.Errorf("begin read: acquire connection: %w", err))
 	}
 	t := &readTx{reader: reader{conn: pc.Conn(), q: b.q}, pc: pc}
 	batch := &pgx.Batch{}
 	batch.Queue(sqlBeginRead)
 	batch.Queue(sqlRevisions).QueryRow(func(row pgx.Row) error { return row.Scan(&t.current, &t.compacted) })
 	if err := pc.SendBatch(ctx, batch).Close(); err != nil {
-		return nil, unavailable(errors.Join(fmt.Errorf("begin read: %w", err), endTx(pc)))
+		return nil, classify(errors.Join(fmt.Errorf("begin read: %w", err), endTx(pc)))
 	}
 	t.latest = t.current
 	return t, nil
@@ -99,7 +99,7 @@ func endTx(pc *pgxpool.Conn) error {
 // fail wraps err with what was being done and, in a write transaction,
 // poisons it.
 func (r *reader) fail(what string, err error) error {
-	err = unavailable(fmt.Errorf("%s: %w", what, err))
+	err = classify(fmt.Errorf("%s: %w", what, err))
 	if r.sticky && r.err == nil {
 		r.err = err
 	}

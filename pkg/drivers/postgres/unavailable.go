@@ -11,6 +11,21 @@ import (
 	"github.com/kite-db/kite/pkg/mvcc"
 )
 
+// classify marks a database error with the store's sentinel for its cause,
+// so the store recognises it by errors.Is rather than by Postgres' text:
+// out of reach (unavailable) or a full disk (diskFull).
+func classify(err error) error { return diskFull(unavailable(err)) }
+
+// diskFull marks Postgres' disk_full (SQLSTATE 53100: the server could not
+// extend a file) with mvcc.ErrDiskFull.
+func diskFull(err error) error {
+	var pgErr *pgconn.PgError
+	if err == nil || errors.Is(err, mvcc.ErrDiskFull) || !errors.As(err, &pgErr) || pgErr.Code != "53100" {
+		return err
+	}
+	return fmt.Errorf("%w: %w", mvcc.ErrDiskFull, err)
+}
+
 // unavailable marks an error that comes from the database being out of
 // reach (a restart, a failover, a cut connection) with mvcc.ErrUnavailable,
 // so clients get etcd's retryable Unavailable code instead of Unknown. Other

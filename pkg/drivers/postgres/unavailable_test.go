@@ -31,3 +31,29 @@ func TestUnavailable(t *testing.T) {
 		}
 	}
 }
+
+// Postgres' disk_full is mvcc.ErrDiskFull whatever wraps it, and still
+// not unavailable: retrying does not free space.
+func TestClassifyDiskFull(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{&pgconn.PgError{Code: "53100", Message: "could not extend file: No space left on device"}, true},
+		{fmt.Errorf("commit: %w", &pgconn.PgError{Code: "53100"}), true},
+		{&pgconn.PgError{Code: "53200", Message: "out of memory"}, false},
+		{&pgconn.PgError{Code: "57P01"}, false},
+	} {
+		err := classify(tt.err)
+		if got := errors.Is(err, mvcc.ErrDiskFull); got != tt.want {
+			t.Errorf("classify(%v) wraps ErrDiskFull = %v; want %v", tt.err, got, tt.want)
+		}
+		if tt.want && errors.Is(err, mvcc.ErrUnavailable) {
+			t.Errorf("classify(%v) is ErrUnavailable", tt.err)
+		}
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) {
+			t.Errorf("classify(%v) lost the PgError", tt.err)
+		}
+	}
+}

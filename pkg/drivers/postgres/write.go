@@ -68,7 +68,7 @@ func (b *Backend) beginWrite(ctx context.Context, keys [][]byte) (mvcc.WriteTx, 
 	pc, err := b.pool.Acquire(ctx)
 	if err != nil {
 		b.unlockWriter()
-		return nil, unavailable(fmt.Errorf("begin write: acquire connection: %w", err))
+		return nil, classify(fmt.Errorf("begin write: acquire connection: %w", err))
 	}
 	w := &writeTx{reader: reader{conn: pc.Conn(), q: b.q, sticky: true}, b: b, pc: pc}
 	w.reader.pend = &w.pend
@@ -80,7 +80,7 @@ func (b *Backend) beginWrite(ctx context.Context, keys [][]byte) (mvcc.WriteTx, 
 		w.queuePrefetch(batch, keys)
 	}
 	if err := pc.SendBatch(ctx, batch).Close(); err != nil {
-		err = unavailable(errors.Join(fmt.Errorf("begin write: lock revisions: %w", err), endTx(pc)))
+		err = classify(errors.Join(fmt.Errorf("begin write: lock revisions: %w", err), endTx(pc)))
 		b.unlockWriter()
 		return nil, err
 	}
@@ -137,7 +137,7 @@ func (w *writeTx) Put(ctx context.Context, kv *mvccpb.KeyValue, sub int64) error
 		return err
 	}
 	if sub < 0 || sub > math.MaxInt32 {
-		return w.fail("put", fmt.Errorf("sub-revision %d out of range", sub))
+		return w.fail("put", fmt.Errorf("%w: sub-revision %d out of range", mvcc.ErrTooManyChanges, sub))
 	}
 	key, value := nonNil(kv.Key), nonNil(kv.Value)
 	w.pend.appendLog(kv.ModRevision, int32(sub), key, kv.CreateRevision, kv.Version, kv.Lease, false, value)
@@ -155,7 +155,7 @@ func (w *writeTx) Delete(ctx context.Context, key []byte, rev, sub int64) error 
 		return err
 	}
 	if sub < 0 || sub > math.MaxInt32 {
-		return w.fail("delete", fmt.Errorf("sub-revision %d out of range", sub))
+		return w.fail("delete", fmt.Errorf("%w: sub-revision %d out of range", mvcc.ErrTooManyChanges, sub))
 	}
 	key = nonNil(key)
 	w.pend.appendLog(rev, int32(sub), key, 0, 0, 0, true, []byte{})

@@ -63,7 +63,7 @@ type Config struct {
 	// PeerTLS secures the peer URLs (tls.go).
 	PeerTLS PeerTLS
 	// TestFaults serves the fault hooks tests use to partition a member
-	// (faults.go); never set in production.
+	// (faults_testhooks.go), in a binary built with -tags kitetest only.
 	TestFaults bool
 	// SQLite tunes the member's database (page caches and mappings); its
 	// Logger and NoCommitSync are set by the member.

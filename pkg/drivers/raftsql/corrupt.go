@@ -18,27 +18,12 @@ import (
 
 const pathHashKV = "/kite/hashkv"
 
-// hasher is the Store's HashKV, which a member answers for the leader.
-type hasher interface {
-	HashKV(ctx context.Context, rev int64) (*pb.HashKVResponse, error)
-}
-
-// alarmer raises an alarm through the log.
-type alarmer interface {
-	Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error)
-}
-
 func (n *Node) hashKVHandler(w http.ResponseWriter, r *http.Request) {
 	req := &pb.HashKVRequest{}
 	if !n.readPeerBody(w, r, req) {
 		return
 	}
-	h, ok := n.applier.(hasher)
-	if !ok {
-		http.Error(w, "no HashKV", http.StatusNotImplemented)
-		return
-	}
-	resp, err := h.HashKV(r.Context(), req.Revision)
+	resp, err := n.applier.HashKV(r.Context(), req.Revision)
 	n.writePeerResponse(w, resp, err)
 }
 
@@ -65,13 +50,9 @@ func (n *Node) corruptLoop() {
 // checkHashes compares this member's hash at its current revision with
 // every other member's.
 func (n *Node) checkHashes() error {
-	h, ok := n.applier.(hasher)
-	if !ok {
-		return nil
-	}
 	ctx, cancel := context.WithTimeout(n.ctx, n.requestTimeout())
 	defer cancel()
-	mine, err := h.HashKV(ctx, 0)
+	mine, err := n.applier.HashKV(ctx, 0)
 	if err != nil {
 		return fmt.Errorf("own hash: %w", err)
 	}
@@ -91,8 +72,8 @@ func (n *Node) checkHashes() error {
 		n.log.Error("member's key space differs from the leader's at the same revision: raising CORRUPT",
 			"member", fmt.Sprintf("%x", m.ID), "revision", mine.HashRevision,
 			"leader_hash", mine.Hash, "member_hash", theirs.Hash)
-		if a, ok := n.applier.(alarmer); ok && n.lead.Load() != raft.None {
-			_, err := a.Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: m.ID, Alarm: pb.AlarmType_CORRUPT})
+		if n.lead.Load() != raft.None {
+			_, err := n.applier.Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: m.ID, Alarm: pb.AlarmType_CORRUPT})
 			if err != nil {
 				return fmt.Errorf("raise CORRUPT alarm: %w", err)
 			}

@@ -7,13 +7,10 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"google.golang.org/grpc/status"
 )
 
 // Joining a running cluster (--initial-cluster-state existing) and the
@@ -37,81 +34,24 @@ func (n *Node) handleMembership(mux *http.ServeMux) {
 		_ = json.NewEncoder(w).Encode(remoteCluster{ClusterID: n.clusterID, Members: n.memberList()})
 	})
 	mux.HandleFunc(pathPromote, func(w http.ResponseWriter, r *http.Request) {
-		id, err := strconv.ParseUint(r.URL.Query().Get("id"), 16, 64)
-		if r.Method != http.MethodPost || err != nil {
-			http.Error(w, "POST ?id=HEX", http.StatusBadRequest)
+		req := &pb.MemberPromoteRequest{}
+		if !n.readPeerRequest(w, r, req) {
 			return
 		}
-		var out struct {
-			Error string `json:"error,omitempty"`
-		}
-		if n.lead.Load() != n.id {
-			out.Error = status.Convert(rpctypes.ErrGRPCNotLeader).Message()
-		} else if _, err := n.PromoteMember(r.Context(), id); err != nil {
-			out.Error = status.Convert(err).Message()
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(out)
+		ms, err := n.PromoteMember(r.Context(), req.ID)
+		n.writePeerResponse(w, &pb.MemberPromoteResponse{Members: ms}, err)
 	})
 }
 
 // promoteAtLeader forwards MemberPromote to the leader, retrying while
-// there is none or it changes, until the request timeout.
+// there is none or it changes, until the request timeout; the leader's
+// refusal comes back as its sentinel (peererrors.go).
 func (n *Node) promoteAtLeader(ctx context.Context, id uint64) ([]*pb.Member, error) {
-	ctx, cancel := context.WithTimeout(ctx, n.requestTimeout())
-	defer cancel()
-	for {
-		if m, ok := n.memberByID(n.lead.Load()); ok && m.ID != n.id && len(m.PeerURLs) > 0 {
-			errText, err := n.postPromote(ctx, m.PeerURLs[0], id)
-			switch {
-			case err == nil && errText == "":
-				return n.Members(), nil
-			case err == nil && errText != status.Convert(rpctypes.ErrGRPCNotLeader).Message():
-				return nil, promoteError(errText)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil, rpctypes.ErrGRPCTimeout
-		case <-n.ctx.Done():
-			return nil, rpctypes.ErrGRPCStopped
-		case <-time.After(n.cfg.Heartbeat):
-		}
+	resp := &pb.MemberPromoteResponse{}
+	if err := n.askLeader(ctx, pathPromote, &pb.MemberPromoteRequest{ID: id}, resp); err != nil {
+		return nil, err
 	}
-}
-
-func (n *Node) postPromote(ctx context.Context, peerURL string, id uint64) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("%s%s?id=%x", peerURL, pathPromote, id), nil)
-	if err != nil {
-		return "", err
-	}
-	hr, err := n.peerClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer hr.Body.Close()
-	var out struct {
-		Error string `json:"error"`
-	}
-	if hr.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("leader answered %s", hr.Status)
-	}
-	if err := json.NewDecoder(hr.Body).Decode(&out); err != nil {
-		return "", err
-	}
-	return out.Error, nil
-}
-
-// promoteError turns the leader's answer back into etcd's error.
-func promoteError(text string) error {
-	for _, e := range []error{rpctypes.ErrGRPCMemberNotFound, rpctypes.ErrGRPCMemberNotLearner,
-		rpctypes.ErrGRPCLearnerNotReady, rpctypes.ErrGRPCMemberNotEnoughStarted, rpctypes.ErrGRPCTimeout,
-		rpctypes.ErrGRPCNoLeader, rpctypes.ErrGRPCStopped} {
-		if status.Convert(e).Message() == text {
-			return e
-		}
-	}
-	return errors.New(text)
+	return n.Members(), nil
 }
 
 // joinCluster asks the other members of --initial-cluster for the

@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/types"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/rafthttp"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/snap"
@@ -24,12 +23,11 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kite-db/kite/pkg/drivers/sqlite"
 	"github.com/kite-db/kite/pkg/mvcc"
+	"github.com/kite-db/kite/pkg/server"
 )
 
 // Node is one member of a raftsql cluster.
@@ -61,8 +59,6 @@ type Node struct {
 	peerClient  *http.Client
 
 	applier mvcc.Applier
-	// failApply: the next apply fails (faults.go; tests only).
-	failApply atomic.Bool
 
 	// Written by the apply loop, or by the Ready loop while the apply loop
 	// is idle (a received snapshot).
@@ -304,6 +300,10 @@ func (n *Node) ClusterID() uint64 { return n.clusterID }
 // committed entries flow to a.
 func (n *Node) Start(a mvcc.Applier) error {
 	n.applier = a
+	urls, err := peerURLs(n.self().PeerURLs)
+	if err != nil {
+		return err
+	}
 	if n.restart || n.joined {
 		// A joining member's log starts empty: the leader sends it the
 		// entries, or a snapshot, that define the cluster.
@@ -320,7 +320,7 @@ func (n *Node) Start(a mvcc.Applier) error {
 	n.transport = &rafthttp.Transport{
 		Logger:      n.zlog,
 		ID:          types.ID(n.id),
-		URLs:        mustURLs(n.self().PeerURLs),
+		URLs:        urls,
 		ClusterID:   types.ID(n.clusterID),
 		Raft:        n,
 		Snapshotter: n.snapshotter,
@@ -357,12 +357,15 @@ func (n *Node) Start(a mvcc.Applier) error {
 	return nil
 }
 
-func mustURLs(us []string) types.URLs {
+// peerURLs parses this member's peer URLs for raft's transport, which
+// must be given them all: a member it cannot name to its peers would
+// start deaf.
+func peerURLs(us []string) (types.URLs, error) {
 	urls, err := types.NewURLs(us)
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("raftsql: peer URLs %q: %w", us, err)
 	}
-	return urls
+	return urls, nil
 }
 
 // Err returns a channel that receives the error that stopped the node: a
@@ -423,19 +426,15 @@ func (n *Node) RaftStatus() (leader, term, index, applied uint64) {
 	return n.lead.Load(), n.term.Load(), n.committed.Load(), n.applied.Load()
 }
 
-// errLeaderTransferTimeout is etcd's answer (Unavailable, as its unmapped
-// server errors are not: etcd's text, the code clients retry).
-var errLeaderTransferTimeout = status.Error(codes.Unavailable, "etcdserver: request timed out, leader transfer took too long")
-
 // MoveLeader transfers leadership to member target, as etcd's MoveLeader:
 // only the leader may, to a member of the cluster, and the call returns
 // once target leads.
 func (n *Node) MoveLeader(ctx context.Context, target uint64) error {
 	if n.lead.Load() != n.id {
-		return rpctypes.ErrGRPCNotLeader
+		return server.ErrNotLeader
 	}
 	if _, ok := n.memberByID(target); !ok {
-		return rpctypes.ErrGRPCBadLeaderTransferee
+		return server.ErrBadLeaderTransferee
 	}
 	if target == n.id {
 		return nil
@@ -447,7 +446,7 @@ func (n *Node) MoveLeader(ctx context.Context, target uint64) error {
 	for n.lead.Load() != target {
 		select {
 		case <-ctx.Done():
-			return errLeaderTransferTimeout
+			return server.ErrLeaderTransferTimeout
 		case <-time.After(n.cfg.Heartbeat):
 		}
 	}

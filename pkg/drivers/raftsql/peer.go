@@ -10,17 +10,19 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kite-db/kite/pkg/mvcc"
+	"github.com/kite-db/kite/pkg/server"
 )
 
 // The peer URLs serve etcd's raft transport and, under /kite/, what a
-// member asks of another: the members (join.go) and, of the leader, lease renewals and TimeToLive, which only the leader's clocks
-// can answer (etcd forwards them to its leader the same way).
+// member asks of another: the members (join.go) and, of the leader, lease
+// renewals and TimeToLive, which only the leader's clocks can answer (etcd
+// forwards them to its leader the same way). An answer that is an error
+// carries its sentinel's name (peererrors.go).
 const (
 	pathRenew    = "/kite/lease/renew"
 	pathLeaseTTL = "/kite/lease/ttl"
@@ -36,12 +38,6 @@ func (n *Node) ReportSnapshot(id uint64, status raft.SnapshotStatus) {
 	n.node.ReportSnapshot(id, status)
 }
 
-// leaseAuthority is what the leader's Store answers for followers.
-type leaseAuthority interface {
-	LeaseRenew(ctx context.Context, id int64) (int64, error)
-	LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error)
-}
-
 func (n *Node) peerHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/", n.transport.Handler())
@@ -53,7 +49,7 @@ func (n *Node) peerHandler() http.Handler {
 		if !n.readPeerRequest(w, r, req) {
 			return
 		}
-		ttl, err := n.applier.(leaseAuthority).LeaseRenew(r.Context(), req.ID)
+		ttl, err := n.applier.LeaseRenew(r.Context(), req.ID)
 		n.writePeerResponse(w, &pb.LeaseKeepAliveResponse{ID: req.ID, TTL: ttl}, err)
 	})
 	mux.HandleFunc(pathLeaseTTL, func(w http.ResponseWriter, r *http.Request) {
@@ -61,7 +57,7 @@ func (n *Node) peerHandler() http.Handler {
 		if !n.readPeerRequest(w, r, req) {
 			return
 		}
-		resp, err := n.applier.(leaseAuthority).LeaseTimeToLive(r.Context(), req)
+		resp, err := n.applier.LeaseTimeToLive(r.Context(), req)
 		n.writePeerResponse(w, resp, err)
 	})
 	return mux
@@ -71,7 +67,7 @@ func (n *Node) peerHandler() http.Handler {
 // leader refuses it, so the follower asks the new one.
 func (n *Node) readPeerRequest(w http.ResponseWriter, r *http.Request, m proto.Message) bool {
 	if n.lead.Load() != n.id {
-		http.Error(w, "not the leader", http.StatusServiceUnavailable)
+		writePeerError(w, server.ErrNotLeader)
 		return false
 	}
 	return n.readPeerBody(w, r, m)
@@ -91,12 +87,8 @@ func (n *Node) readPeerBody(w http.ResponseWriter, r *http.Request, m proto.Mess
 }
 
 func (n *Node) writePeerResponse(w http.ResponseWriter, m proto.Message, err error) {
-	switch {
-	case errors.Is(err, mvcc.ErrLeaseNotFound):
-		http.Error(w, "lease not found", http.StatusNotFound)
-		return
-	case err != nil:
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+	if err != nil {
+		writePeerError(w, err)
 		return
 	}
 	b, err := proto.Marshal(m)
@@ -135,7 +127,7 @@ func (n *Node) askLeader(ctx context.Context, path string, req, resp proto.Messa
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.requestTimeout())
 	defer cancel()
-	var last error = rpctypes.ErrGRPCNoLeader
+	var last error = mvcc.ErrNoLeader
 	for {
 		if lead := n.lead.Load(); lead != raft.None && lead != n.id {
 			if m, ok := n.memberByID(lead); ok && len(m.PeerURLs) > 0 {
@@ -148,12 +140,12 @@ func (n *Node) askLeader(ctx context.Context, path string, req, resp proto.Messa
 		}
 		select {
 		case <-ctx.Done():
-			if errors.Is(last, rpctypes.ErrGRPCNoLeader) {
+			if errors.Is(last, mvcc.ErrNoLeader) {
 				return last
 			}
 			return fmt.Errorf("%w: %v", mvcc.ErrUnavailable, last)
 		case <-n.ctx.Done():
-			return rpctypes.ErrGRPCStopped
+			return mvcc.ErrStopped
 		case <-time.After(n.cfg.Heartbeat):
 		}
 	}
@@ -175,13 +167,18 @@ func (n *Node) postPeer(ctx context.Context, url string, body []byte, resp proto
 	if err != nil {
 		return false, err
 	}
-	switch hr.StatusCode {
-	case http.StatusOK:
+	if hr.StatusCode == http.StatusOK {
 		return true, proto.Unmarshal(b, resp)
-	case http.StatusNotFound:
+	}
+	if err := peerErrorOf(hr.Header.Get(headerPeerError)); err != nil {
+		return !retryAtLeader(err), err
+	}
+	if hr.StatusCode == http.StatusNotFound && hr.Header.Get(headerPeerError) == "" {
+		// A leader of an older kite, from before errors travelled by
+		// name, answers an unknown lease so (in a rolling upgrade).
 		return true, mvcc.ErrLeaseNotFound
 	}
-	return false, fmt.Errorf("leader answered %s: %s", hr.Status, bytes.TrimSpace(b))
+	return false, fmt.Errorf("%s answered %s: %s", url, hr.Status, bytes.TrimSpace(b))
 }
 
 func mustMarshal(m proto.Message) []byte {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/raft/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -29,7 +28,7 @@ func (n *Node) Propose(ctx context.Context, r *pb.InternalRaftRequest) (proto.Me
 		return nil, err
 	}
 	if len(data) > n.cfg.MaxRequestBytes+1024 {
-		return nil, rpctypes.ErrGRPCRequestTooLarge
+		return nil, mvcc.ErrRequestTooLarge
 	}
 	ch := n.waits.register(id)
 	defer n.waits.cancel(id)
@@ -55,7 +54,7 @@ func (n *Node) Propose(ctx context.Context, r *pb.InternalRaftRequest) (proto.Me
 		return nil, n.proposalError(ctx, cctx.Err())
 	case <-n.ctx.Done():
 		n.metrics.proposalsFailed.Add(1)
-		return nil, rpctypes.ErrGRPCStopped
+		return nil, mvcc.ErrStopped
 	}
 }
 
@@ -67,13 +66,13 @@ func (n *Node) proposalError(clientCtx context.Context, err error) error {
 	case clientCtx.Err() != nil:
 		return clientCtx.Err()
 	case n.ctx.Err() != nil, errors.Is(err, raft.ErrStopped):
-		return rpctypes.ErrGRPCStopped
+		return mvcc.ErrStopped
 	case n.lead.Load() == raft.None:
-		return rpctypes.ErrGRPCNoLeader
+		return mvcc.ErrNoLeader
 	case errors.Is(err, raft.ErrProposalDropped):
-		return rpctypes.ErrGRPCTimeout
+		return mvcc.ErrTimeout
 	}
-	return rpctypes.ErrGRPCTimeout
+	return mvcc.ErrTimeout
 }
 
 // idGenerator makes request IDs unique across the cluster and across

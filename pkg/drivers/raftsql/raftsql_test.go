@@ -108,3 +108,29 @@ func TestBootstrapRefused(t *testing.T) {
 		t.Errorf("a good bootstrap refused: %v", err)
 	}
 }
+
+// TestStartRefusesBadPeerURLs: a member whose own peer URLs do not parse
+// fails to start with the reason, instead of handing raft's transport no
+// URLs at all.
+func TestStartRefusesBadPeerURLs(t *testing.T) {
+	if _, err := peerURLs([]string{"http://127.0.0.1:2380"}); err != nil {
+		t.Fatalf("good URL refused: %v", err)
+	}
+	n, err := Open(context.Background(), oneMember(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	// Input the bootstrap checks would refuse, as a WAL written by
+	// another version might still hold.
+	n.memberMu.Lock()
+	n.bootstrap[0].PeerURLs = []string{"127.0.0.1:2380"}
+	n.memberMu.Unlock()
+	err = n.Start(nil)
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:2380") {
+		t.Fatalf("Start with an unparsable peer URL: %v; want an error naming it", err)
+	}
+	if n.node != nil {
+		t.Fatal("raft started despite the error")
+	}
+}

@@ -6,8 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/raft/v3"
+
+	"github.com/kite-db/kite/pkg/mvcc"
 )
 
 // readBarrier batches linearizable reads as etcd does: every read that
@@ -50,7 +51,7 @@ func (n *Node) ReadBarrier(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-n.ctx.Done():
-		return rpctypes.ErrGRPCStopped
+		return mvcc.ErrStopped
 	}
 }
 
@@ -91,16 +92,16 @@ func (rb *readBarrier) confirm(seq uint64) error {
 	for index == 0 {
 		if time.Now().After(deadline) {
 			if n.lead.Load() == raft.None {
-				return rpctypes.ErrGRPCNoLeader
+				return mvcc.ErrNoLeader
 			}
-			return rpctypes.ErrGRPCTimeout
+			return mvcc.ErrTimeout
 		}
 		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.Election)
 		err := n.node.ReadIndex(ctx, rctx)
 		cancel()
 		if err != nil {
 			if n.ctx.Err() != nil {
-				return rpctypes.ErrGRPCStopped
+				return mvcc.ErrStopped
 			}
 			continue
 		}
@@ -119,7 +120,7 @@ func (rb *readBarrier) confirm(seq uint64) error {
 				break wait
 			case <-n.ctx.Done():
 				retry.Stop()
-				return rpctypes.ErrGRPCStopped
+				return mvcc.ErrStopped
 			}
 		}
 		retry.Stop()
@@ -132,9 +133,9 @@ func (rb *readBarrier) confirm(seq uint64) error {
 		select {
 		case <-changed:
 		case <-n.ctx.Done():
-			return rpctypes.ErrGRPCStopped
+			return mvcc.ErrStopped
 		case <-time.After(time.Until(deadline)):
-			return rpctypes.ErrGRPCTimeout
+			return mvcc.ErrTimeout
 		}
 	}
 	return nil

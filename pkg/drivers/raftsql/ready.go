@@ -304,9 +304,6 @@ func (n *Node) applyBatch(batch []mvcc.Entry) error {
 	if len(batch) == 0 {
 		return nil
 	}
-	if n.failApply.CompareAndSwap(true, false) {
-		return fmt.Errorf("apply entries %d-%d: %w", batch[0].Index, batch[len(batch)-1].Index, errTestApplyFault)
-	}
 	outcomes, err := n.applier.Apply(n.ctx, batch)
 	if err != nil {
 		return fmt.Errorf("apply entries %d-%d: %w", batch[0].Index, batch[len(batch)-1].Index, err)

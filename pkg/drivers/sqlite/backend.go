@@ -110,6 +110,10 @@ type Backend struct {
 	// (ObserveCommits).
 	observeCommit atomic.Pointer[func(time.Duration)]
 
+	// writeFault is the error the next Put or Delete fails with
+	// (FailNextWrite; tests only).
+	writeFault atomic.Pointer[error]
+
 	closeMu sync.Mutex
 	closed  atomic.Bool
 }

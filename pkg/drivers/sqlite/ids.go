@@ -3,6 +3,8 @@ package sqlite
 import (
 	"fmt"
 	"math"
+
+	"github.com/kite-db/kite/pkg/mvcc"
 )
 
 // A log row's id (kv's INTEGER PRIMARY KEY, SQLite's rowid) is its position
@@ -14,7 +16,7 @@ import (
 // kv_key is (key, rowid), which is (key, rev, sub).
 //
 // The bounds: at most maxSub+1 (1,048,576) changes in one revision (a
-// DeleteRange or lease revoke of more keys fails with errTooManyChanges and
+// DeleteRange or lease revoke of more keys fails with mvcc.ErrTooManyChanges and
 // changes nothing) and revisions up to maxRev (2^43-1, 8.8e12: 27 years at
 // 10,000 revisions a second).
 const (
@@ -27,8 +29,8 @@ const (
 func rowID(rev, sub int64) (int64, error) {
 	switch {
 	case sub < 0 || sub > maxSub:
-		return 0, fmt.Errorf("revision %d: change %d is beyond the %d changes one revision can hold "+
-			"in this SQLite schema (delete fewer keys per request)", rev, sub, maxSub+1)
+		return 0, fmt.Errorf("%w: revision %d: change %d is beyond the %d changes one revision can hold "+
+			"in this SQLite schema (delete fewer keys per request)", mvcc.ErrTooManyChanges, rev, sub, maxSub+1)
 	case rev < 0 || rev > maxRev:
 		return 0, fmt.Errorf("revision %d is beyond the largest revision this SQLite schema stores (%d)", rev, maxRev)
 	}

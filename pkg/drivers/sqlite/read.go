@@ -52,7 +52,7 @@ func (t *readTx) Revisions(context.Context) (current, compacted int64, err error
 // fail wraps err with what was being done and, in a write transaction,
 // poisons it.
 func (r *reader) fail(what string, err error) error {
-	err = fmt.Errorf("%s: %w", what, err)
+	err = fmt.Errorf("%s: %w", what, classify(err))
 	if r.sticky && r.err == nil {
 		r.err = err
 	}
