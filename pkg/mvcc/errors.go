@@ -40,4 +40,11 @@ var (
 	// the limit alike, so a replicated log may answer the request with it
 	// instead of stopping (the only storage error that is an answer).
 	ErrTooManyChanges = errors.New("mvcc: too many changes in one revision")
+	// ErrHistoryLost: the storage's history is behind what this server
+	// served (a database restored, or failed over to a standby that had
+	// not received every acknowledged commit). Serving it would hand out
+	// revision numbers a second time for different data, so the Store
+	// refuses every request until the process restarts; the operator
+	// restores the database or accepts the loss (docs/failover.md).
+	ErrHistoryLost = errors.New("mvcc: storage history is behind what was served")
 )

@@ -30,6 +30,7 @@ var errorMap = []struct {
 	{mvcc.ErrKeyNotFound, rpctypes.ErrGRPCKeyNotFound},
 	{mvcc.ErrNoSpace, rpctypes.ErrGRPCNoSpace},
 	{mvcc.ErrCorrupt, rpctypes.ErrGRPCCorrupt},
+	{mvcc.ErrHistoryLost, rpctypes.ErrGRPCCorrupt},
 	{mvcc.ErrClosed, rpctypes.ErrGRPCStopped},
 	{errRequestTooLarge, rpctypes.ErrGRPCRequestTooLarge},
 	// etcd's auth store's errors (go.etcd.io/etcd/server/v3/auth).
