@@ -55,9 +55,9 @@ type History struct {
 	Current int64
 }
 
-// check returns ErrHistoryLost, wrapped with what was found, when the
+// Err returns ErrHistoryLost, wrapped with what was found, when the
 // database moved to another timeline after asynchronous writes.
-func (h History) check() error {
+func (h History) Err() error {
 	if h.Recorded == 0 || h.Recorded == h.Current || h.Synced {
 		return nil
 	}
@@ -122,7 +122,7 @@ func (b *Backend) checkHistory(ctx context.Context, q interface {
 
 // checkRecorded refuses a History that says revisions may be lost.
 func (b *Backend) checkRecorded(h History) error {
-	if err := h.check(); err != nil {
+	if err := h.Err(); err != nil {
 		return b.refuse(err)
 	}
 	return nil
@@ -166,6 +166,9 @@ func AcceptHistory(ctx context.Context, dsn string, log *slog.Logger) (before, a
 	})
 	if err != nil {
 		return History{}, History{}, fmt.Errorf("accept history: %w", err)
+	}
+	if before.Err() == nil {
+		return before, after, nil
 	}
 	log.Warn("accepted the database's history: revisions kite acknowledged after this revision may be lost; restart every kite server",
 		"rev", after.Rev, "recorded_timeline", before.Recorded, "timeline", after.Recorded)
