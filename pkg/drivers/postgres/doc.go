@@ -93,6 +93,10 @@
 // one whose published revision is above the database's refuses, whatever
 // the database says (pkg/mvcc/history.go). A server started afterwards has
 // no memory to compare, which is why the timeline is recorded at all.
+// Even so, in those two cases a server that had published less than the
+// database lost may write before a server that published more notices:
+// only replication that stays synchronous, and a restore that reaches the
+// end of the WAL, rule a reused revision out.
 // The check errs towards refusing: a clean switchover to an asynchronous
 // standby that had everything is refused too, and the operator accepts it
 // with `kite datastore accept-history` (AcceptHistory), then restarts
