@@ -3,6 +3,7 @@
 //	kite [flags]        serve (see kite --help)
 //	kite snapshot ...   save a snapshot from a server, restore one into a data dir
 //	kite copy ...       copy a cluster between storages (sqlite, postgres, an etcd endpoint)
+//	kite datastore ...  accept-history: serve a Postgres database that lost acknowledged revisions
 //	kite version        print versions
 package main
 
@@ -26,6 +27,8 @@ func main() {
 			os.Exit(runSnapshot(os.Args[2:]))
 		case "copy":
 			os.Exit(runCopy(os.Args[2:]))
+		case "datastore":
+			os.Exit(runDatastore(os.Args[2:]))
 		}
 	}
 	os.Exit(runServe(os.Args[1:]))

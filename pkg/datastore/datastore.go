@@ -164,7 +164,13 @@ func Open(ctx context.Context, cfg Config) (mvcc.Backend, error) {
 			return nil, errors.Join(fmt.Errorf("open postgres datastore %s", Redact(cfg.Endpoint)), err)
 		}
 		if time.Since(lastLog) >= retryLogEvery {
-			log.Warn("datastore not reachable; retrying", "endpoint", Redact(cfg.Endpoint), "retry_in", backoff, "err", err)
+			if errors.Is(err, mvcc.ErrHistoryLost) {
+				// Retried too: the operator's accept-history (or a
+				// restore) lets this server start without a restart.
+				log.Error("datastore refused: its history is behind what kite served; retrying", "endpoint", Redact(cfg.Endpoint), "retry_in", backoff, "err", err)
+			} else {
+				log.Warn("datastore not reachable; retrying", "endpoint", Redact(cfg.Endpoint), "retry_in", backoff, "err", err)
+			}
 			lastLog = time.Now()
 		}
 		select {

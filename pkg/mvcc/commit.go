@@ -159,9 +159,12 @@ type appliedBatch struct {
 }
 
 func (s *Store) commitTx(reqs []*request) (*appliedBatch, error) {
+	if err := s.guard.lost(); err != nil {
+		return nil, err
+	}
 	tx, err := s.beginBatch(reqs)
 	if err != nil {
-		return nil, fmt.Errorf("begin write: %w", err)
+		return nil, s.guard.note(fmt.Errorf("begin write: %w", err))
 	}
 	b, err := s.applyInTx(tx, reqs)
 	if err != nil {
@@ -178,6 +181,10 @@ func (s *Store) applyInTx(tx WriteTx, reqs []*request) (*appliedBatch, error) {
 	current, compacted, err := tx.Revisions(s.ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read revisions: %w", err)
+	}
+	// On the writer's goroutine s.current cannot move meanwhile.
+	if err := s.guard.behind(current, s.current.Load()); err != nil {
+		return nil, err
 	}
 	b := &appliedBatch{leases: newBatchLeases(s.lessor), auth: s.auth.stage()}
 	defer b.auth.close()

@@ -58,4 +58,11 @@ var (
 	// ErrTimeout: the request was not committed (or the read not
 	// confirmed) in time; it may still be committed later.
 	ErrTimeout = errors.New("mvcc: request timed out")
+	// ErrHistoryLost: the storage's history is behind what this server
+	// served (a database restored, or failed over to a standby that had
+	// not received every acknowledged commit). Serving it would hand out
+	// revision numbers a second time for different data, so the Store
+	// refuses every request until the process restarts; the operator
+	// restores the database or accepts the loss (docs/failover.md).
+	ErrHistoryLost = errors.New("mvcc: storage history is behind what was served")
 )

@@ -15,9 +15,16 @@ import (
 // transaction. The answer is built by executeRange, over a ReadTx that
 // holds just that row, so it follows the same rules as every other Range.
 func (s *Store) getLatest(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	if err := s.guard.lost(); err != nil {
+		return nil, err
+	}
+	published := s.current.Load()
 	kv, current, compacted, err := s.b.GetLatest(ctx, r.Key)
 	if err != nil {
-		return nil, fmt.Errorf("get latest: %w", err)
+		return nil, s.guard.note(fmt.Errorf("get latest: %w", err))
+	}
+	if err := s.guard.behind(current, published); err != nil {
+		return nil, err
 	}
 	return executeRange(ctx, &oneKeyTx{key: r.Key, kv: kv, current: current}, r, current, compacted, true)
 }

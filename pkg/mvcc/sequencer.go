@@ -103,6 +103,9 @@ func (s *Store) localTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveReques
 	}
 	resp := &pb.LeaseTimeToLiveResponse{Header: &pb.ResponseHeader{Revision: s.current.Load()}, ID: r.ID, TTL: left, GrantedTTL: granted}
 	if r.Keys {
+		if err := s.guard.lost(); err != nil {
+			return nil, err
+		}
 		tx, err := s.b.BeginRead(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("begin read: %w", err)

@@ -118,6 +118,9 @@ type Store struct {
 	reads    *readCache
 	// diskFullWarned is when a full disk was last logged (writer only).
 	diskFullWarned time.Time
+	// guard refuses everything once the storage is behind what was
+	// served (history.go).
+	guard historyGuard
 
 	ctx       context.Context // ends at Close; every goroutine watches it
 	cancel    context.CancelFunc
@@ -140,6 +143,7 @@ func Open(ctx context.Context, b Backend, cfg Config) (*Store, error) {
 		quota:  &quota{limit: cfg.QuotaBackendBytes, b: b, log: cfg.Logger.With("component", "quota")},
 		stopc:  make(chan struct{}),
 	}
+	s.guard.log = s.log
 	s.seq = newSequencer(s, b)
 	current, compacted, leases, alarms, err := s.load(ctx)
 	if err != nil {
@@ -213,12 +217,22 @@ func (s *Store) load(ctx context.Context) (current, compacted int64, leases []Le
 // beginRead opens a read transaction and reads its revisions. The caller ends
 // it with Rollback.
 func (s *Store) beginRead(ctx context.Context) (tx ReadTx, current, compacted int64, err error) {
+	if err := s.guard.lost(); err != nil {
+		return nil, 0, 0, err
+	}
+	// Loaded first: every revision published by then was committed, so
+	// the snapshot must hold it.
+	published := s.current.Load()
 	if tx, err = s.b.BeginRead(ctx); err != nil {
-		return nil, 0, 0, fmt.Errorf("begin read: %w", err)
+		return nil, 0, 0, s.guard.note(fmt.Errorf("begin read: %w", err))
 	}
 	if current, compacted, err = tx.Revisions(ctx); err != nil {
 		tx.Rollback()
 		return nil, 0, 0, fmt.Errorf("read revisions: %w", err)
+	}
+	if err := s.guard.behind(current, published); err != nil {
+		tx.Rollback()
+		return nil, 0, 0, err
 	}
 	return tx, current, compacted, nil
 }
@@ -456,7 +470,8 @@ func (s *Store) Revisions() (current, compacted int64) {
 // path and are stored; kite itself raises only NOSPACE.
 func (s *Store) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
 	if r.Action == pb.AlarmRequest_GET {
-		return &pb.AlarmResponse{Header: &pb.ResponseHeader{Revision: s.current.Load()}, Alarms: s.quota.get(r.Alarm)}, nil
+		alarms := s.guard.alarms(s.cfg.MemberID, r.Alarm, s.quota.get(r.Alarm))
+		return &pb.AlarmResponse{Header: &pb.ResponseHeader{Revision: s.current.Load()}, Alarms: alarms}, nil
 	}
 	resp, err := s.seq.write(ctx, &pb.InternalRaftRequest{Alarm: r})
 	if err != nil {

@@ -214,9 +214,12 @@ func (s *Store) writeBatch(batch []*writeJob) {
 
 // maintainTx runs fn in a write transaction of its own.
 func (s *Store) maintainTx(fn func(ctx context.Context, tx WriteTx) error) error {
+	if err := s.guard.lost(); err != nil {
+		return err
+	}
 	tx, err := s.b.BeginWrite(s.ctx)
 	if err != nil {
-		return fmt.Errorf("begin maintenance: %w", err)
+		return s.guard.note(fmt.Errorf("begin maintenance: %w", err))
 	}
 	if err := fn(s.ctx, tx); err != nil {
 		_ = tx.Rollback()

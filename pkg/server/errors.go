@@ -31,6 +31,7 @@ var errorMap = []struct {
 	{mvcc.ErrKeyNotFound, rpctypes.ErrGRPCKeyNotFound},
 	{mvcc.ErrNoSpace, rpctypes.ErrGRPCNoSpace},
 	{mvcc.ErrCorrupt, rpctypes.ErrGRPCCorrupt},
+	{mvcc.ErrHistoryLost, rpctypes.ErrGRPCCorrupt},
 	{mvcc.ErrClosed, rpctypes.ErrGRPCStopped},
 	{mvcc.ErrRequestTooLarge, rpctypes.ErrGRPCRequestTooLarge},
 	// A replicated log's (raftsql) answers when it could not commit.

@@ -47,6 +47,10 @@ func TestToGRPCError(t *testing.T) {
 		// Wrapped sentinels map the same way.
 		{fmt.Errorf("range: %w", mvcc.ErrCompacted), rpctypes.ErrGRPCCompacted},
 		{fmt.Errorf("commit: %w", context.DeadlineExceeded), rpctypes.ErrGRPCDeadlineExceeded},
+		// A lost history is data loss, even when the storage was also
+		// unreachable on the way.
+		{mvcc.ErrHistoryLost, rpctypes.ErrGRPCCorrupt},
+		{fmt.Errorf("%w: %w", mvcc.ErrUnavailable, mvcc.ErrHistoryLost), rpctypes.ErrGRPCCorrupt},
 		// gRPC statuses pass through.
 		{rpctypes.ErrGRPCEmptyKey, rpctypes.ErrGRPCEmptyKey},
 	} {

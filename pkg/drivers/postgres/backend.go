@@ -91,6 +91,12 @@ type Backend struct {
 	// (ObserveCommits).
 	observeCommit atomic.Pointer[func(time.Duration)]
 
+	// migrated is set once the schema is current: from then on every new
+	// pool connection checks the timeline (history.go). lost is the error
+	// everything is refused with once the history was found behind.
+	migrated atomic.Bool
+	lost     atomic.Pointer[error]
+
 	closeMu sync.Mutex
 	closed  atomic.Bool
 }
@@ -167,6 +173,7 @@ func Open(ctx context.Context, dsn string, opts Options) (b *Backend, err error)
 	cfg.MinConns = int32(opts.MaxIdleConns)
 	cfg.MaxConnLifetime = opts.ConnMaxLifetime
 	cfg.MaxConnLifetimeJitter = opts.ConnMaxLifetime / 10
+	cfg.AfterConnect = b.checkConn
 
 	opened := b
 	defer func() {
@@ -178,6 +185,10 @@ func Open(ctx context.Context, dsn string, opts Options) (b *Backend, err error)
 		return nil, fmt.Errorf("open postgres %s: create pool: %w", where, err)
 	}
 	if err := migrate(ctx, b.pool, b.log); err != nil {
+		return nil, fmt.Errorf("open postgres %s: %w", where, err)
+	}
+	b.migrated.Store(true)
+	if err := b.checkHistory(ctx, b.pool); err != nil {
 		return nil, fmt.Errorf("open postgres %s: %w", where, err)
 	}
 	if b.listener, err = startListener(ctx, listenCfg, origin, b.log); err != nil {

@@ -60,6 +60,48 @@
 // notification channels are per database, so one database holds one kite
 // cluster and the names are constants.
 //
+// # History: a revision number is never handed out twice
+//
+// A failover to a standby, or a point-in-time restore, can give kite a
+// database whose history ends before revisions kite already acknowledged
+// and sent to watchers. Serving it would number new writes with those
+// revisions again, with other data: the one thing etcd's contract rules
+// out. Such a database always starts a new Postgres timeline (a promotion
+// or a restore does; a standby has its primary's system identifier, so
+// that cannot tell them apart), so every write batch records in the
+// revision row, in the UPDATE that moves the revisions (no round trip of
+// its own; a batch that moves none still sends it), the timeline it was
+// written to and whether its primary acknowledged only commits a
+// synchronous standby had flushed (synchronous_standby_names set and the
+// session's synchronous_commit on, remote_write or remote_apply). Every
+// new pool connection (pgx's AfterConnect: after a failover every
+// connection is new, the LISTEN reconnect's Resync reads through them)
+// and every write, under the revision lock, compares the database's
+// current timeline with the recorded one (history.go). Another timeline
+// after asynchronous writes may have lost acknowledged revisions: the
+// Backend refuses everything with mvcc.ErrHistoryLost from then on, and
+// logs it once with both timelines and the last recorded revision. After
+// synchronous writes nothing acknowledged can be missing: the new
+// timeline is recorded by the next write and serving goes on. A timeline
+// of 0 (a database from before schema version 3) is simply recorded.
+//
+// The record is that of the last write the new primary has, so it cannot
+// speak for writes it never received: a primary switched from synchronous
+// to asynchronous replication shortly before it failed, or a
+// point-in-time restore of a synchronously replicated database, passes
+// the check. The Store closes that hole for every server that is running:
+// one whose published revision is above the database's refuses, whatever
+// the database says (pkg/mvcc/history.go). A server started afterwards has
+// no memory to compare, which is why the timeline is recorded at all.
+// Even so, in those two cases a server that had published less than the
+// database lost may write before a server that published more notices:
+// only replication that stays synchronous, and a restore that reaches the
+// end of the WAL, rule a reused revision out.
+// The check errs towards refusing: a clean switchover to an asynchronous
+// standby that had everything is refused too, and the operator accepts it
+// with `kite datastore accept-history` (AcceptHistory), then restarts
+// every server. docs/failover.md is the operator's side.
+//
 // # Snapshots
 //
 // Snapshot copies one REPEATABLE READ snapshot into a temporary SQLite

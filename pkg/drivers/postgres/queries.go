@@ -14,9 +14,13 @@ import (
 const notifyChannel = "kite"
 
 const (
-	sqlRevisions     = `SELECT current_rev, compacted_rev FROM kite_revision`
-	sqlLockRevisions = `SELECT current_rev, compacted_rev FROM kite_revision FOR UPDATE`
-	sqlSetRevisions  = `UPDATE kite_revision SET current_rev = $1, compacted_rev = $2`
+	sqlRevisions = `SELECT current_rev, compacted_rev FROM kite_revision`
+	// The lock also reads what the last write recorded of its timeline,
+	// and the timeline of now (history.go); every write records its own.
+	sqlLockRevisions = `SELECT current_rev, compacted_rev, timeline, synced, ` + sqlTimeline +
+		` FROM kite_revision FOR UPDATE`
+	sqlSetRevisions = `UPDATE kite_revision SET current_rev = $1, compacted_rev = $2, timeline = ` +
+		sqlTimeline + `, synced = ` + sqlSynced
 
 	sqlBeginRead  = `BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY`
 	sqlBeginWrite = `BEGIN ISOLATION LEVEL READ COMMITTED`

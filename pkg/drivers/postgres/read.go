@@ -124,6 +124,9 @@ func (b *Backend) GetLatest(ctx context.Context, key []byte) (*mvccpb.KeyValue, 
 	if b.closed.Load() {
 		return nil, 0, 0, mvcc.ErrClosed
 	}
+	if err := b.historyLost(); err != nil {
+		return nil, 0, 0, err
+	}
 	var (
 		current, compacted int64
 		kv                 mvccpb.KeyValue

@@ -49,6 +49,12 @@ const (
 //     the Store; a database that never stored one has no row. A state of
 //     some hundreds of KiB is TOASTed out of line.
 //
+// Version 3:
+//
+//   - kite_revision records the Postgres timeline of the last write and
+//     whether its primary acknowledged only synchronously replicated
+//     commits (history.go). 0 is no timeline: the next write records one.
+//
 // bytea compares bytewise (memcmp), as etcd orders keys; it has no
 // collation. A btree entry is limited to about 2.7 kB, which bounds key
 // length (etcd keys are paths, far shorter).
@@ -98,6 +104,9 @@ func migrations() [][]string {
 			one   boolean NOT NULL PRIMARY KEY DEFAULT true CHECK (one),
 			state bytea   NOT NULL
 		)`,
+	}, {
+		`ALTER TABLE kite_revision ADD COLUMN timeline bigint NOT NULL DEFAULT 0,
+			ADD COLUMN synced boolean NOT NULL DEFAULT false`,
 	}}
 }
 

@@ -49,6 +49,9 @@ func (b *Backend) BeginRead(ctx context.Context) (mvcc.ReadTx, error) {
 	if b.closed.Load() {
 		return nil, mvcc.ErrClosed
 	}
+	if err := b.historyLost(); err != nil {
+		return nil, err
+	}
 	pc, err := b.pool.Acquire(ctx)
 	if err != nil {
 		return nil, classify(fmt.Errorf("begin read: acquire connection: %w", err))

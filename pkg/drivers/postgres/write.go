@@ -65,6 +65,10 @@ func (b *Backend) beginWrite(ctx context.Context, keys [][]byte) (mvcc.WriteTx, 
 	if err := b.lockWriter(ctx); err != nil {
 		return nil, fmt.Errorf("begin write: %w", err)
 	}
+	if err := b.historyLost(); err != nil {
+		b.unlockWriter()
+		return nil, err
+	}
 	pc, err := b.pool.Acquire(ctx)
 	if err != nil {
 		b.unlockWriter()
@@ -72,15 +76,26 @@ func (b *Backend) beginWrite(ctx context.Context, keys [][]byte) (mvcc.WriteTx, 
 	}
 	w := &writeTx{reader: reader{conn: pc.Conn(), q: b.q, sticky: true}, b: b, pc: pc}
 	w.reader.pend = &w.pend
+	var h History
 	batch := &pgx.Batch{}
 	batch.Queue(sqlBeginWrite)
 	batch.Queue(sqlWriteIdleTimeout)
-	batch.Queue(sqlLockRevisions).QueryRow(func(row pgx.Row) error { return row.Scan(&w.current, &w.compacted) })
+	batch.Queue(sqlLockRevisions).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&w.current, &w.compacted, &h.Recorded, &h.Synced, &h.Current)
+	})
 	if len(keys) > 0 {
 		w.queuePrefetch(batch, keys)
 	}
 	if err := pc.SendBatch(ctx, batch).Close(); err != nil {
 		err = classify(errors.Join(fmt.Errorf("begin write: lock revisions: %w", err), endTx(pc)))
+		b.unlockWriter()
+		return nil, err
+	}
+	// Under the lock: no write can slip in between the check and this
+	// transaction's own record of the timeline.
+	h.Rev = w.current
+	if err := b.checkRecorded(h); err != nil {
+		err = errors.Join(err, endTx(pc))
 		b.unlockWriter()
 		return nil, err
 	}
@@ -301,6 +316,11 @@ func (w *writeTx) Commit() error {
 	}
 	if err := w.check(); err != nil {
 		return errors.Join(fmt.Errorf("commit: %w", err), w.Rollback())
+	}
+	if w.dirty && !w.pend.revisions {
+		// Every write records its timeline, a batch that moved no
+		// revision (a lease grant) too.
+		w.pend.setRevisions(w.current, w.compacted)
 	}
 	b := &pgx.Batch{}
 	w.pend.queue(b)
