@@ -287,8 +287,9 @@ func (s *server) waitReady(deadline time.Time, exited <-chan struct{}) error {
 
 // etcdConfig holds the settings shared by kite flags and the embedded etcd.
 type etcdConfig struct {
-	progressNotify time.Duration
-	authToken      string
+	progressNotify    time.Duration
+	authToken         string
+	quotaBackendBytes int64
 }
 
 // parseFlags maps the kite flags the tests use onto an embedded etcd config.
@@ -306,6 +307,12 @@ func parseFlags(t testing.TB, flags []string) etcdConfig {
 			c.progressNotify = d
 		case "auth-token":
 			c.authToken = val
+		case "quota-backend-bytes":
+			n, err := strconv.ParseInt(val, 10, 64)
+			if err != nil {
+				t.Fatalf("flag %s: %v", f, err)
+			}
+			c.quotaBackendBytes = n
 		default:
 			t.Fatalf("flag %q not understood by the embedded etcd (use --name=value)", f)
 		}
@@ -354,6 +361,9 @@ func (es *etcdServer) start() error {
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	if es.cfg.authToken != "" {
 		cfg.AuthToken = es.cfg.authToken
+	}
+	if es.cfg.quotaBackendBytes > 0 {
+		cfg.QuotaBackendBytes = es.cfg.quotaBackendBytes
 	}
 	if es.cfg.progressNotify > 0 {
 		cfg.WatchProgressNotifyInterval = es.cfg.progressNotify
