@@ -243,8 +243,9 @@ func (s *server) waitReady(deadline time.Time, exited <-chan struct{}) error {
 
 // etcdConfig holds the settings shared by kite flags and the embedded etcd.
 type etcdConfig struct {
-	progressNotify time.Duration
-	authToken      string
+	progressNotify    time.Duration
+	authToken         string
+	quotaBackendBytes int64
 }
 
 // parseFlags maps the kite flags the tests use onto an embedded etcd config.
@@ -262,6 +263,12 @@ func parseFlags(t testing.TB, flags []string) etcdConfig {
 			c.progressNotify = d
 		case "auth-token":
 			c.authToken = val
+		case "quota-backend-bytes":
+			n, err := strconv.ParseInt(val, 10, 64)
+			if err != nil {
+				t.Fatalf("flag %s: %v", f, err)
+			}
+			c.quotaBackendBytes = n
 		default:
 			t.Fatalf("flag %q not understood by the embedded etcd (use --name=value)", f)
 		}
@@ -305,6 +312,7 @@ func (es *etcdServer) start() error {
 		ClientURL:                   cu,
 		PeerURL:                     "http://127.0.0.1:" + strconv.Itoa(es.peerPort),
 		AuthToken:                   es.cfg.authToken,
+		QuotaBackendBytes:           es.cfg.quotaBackendBytes,
 		WatchProgressNotifyInterval: es.cfg.progressNotify,
 		Logger:                      zap.NewNop(),
 		ReadyTimeout:                30 * time.Second,

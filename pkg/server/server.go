@@ -144,6 +144,9 @@ func (s *Server) openStore(ctx context.Context) (err error) {
 		return fmt.Errorf("open storage: %w", err)
 	}
 	s.store, err = mvcc.Open(ctx, s.backend, mvcc.Config{
+		// The NOSPACE alarm this member raises names it as its headers do,
+		// as etcd's names its raft ID.
+		MemberID:               s.memberID(),
 		QuotaBackendBytes:      s.cfg.QuotaBackendBytes,
 		ProgressNotifyInterval: s.cfg.WatchProgressNotifyInterval,
 		AuthToken:              s.cfg.AuthToken,
@@ -173,18 +176,27 @@ func (s *Server) openStore(ctx context.Context) (err error) {
 	return nil
 }
 
+// memberID is the ID this member reports in its response headers: raft's
+// member ID (from the peer URLs and cluster token) for a replicated
+// backend, else one derived from the name and advertise client URLs.
+func (s *Server) memberID() uint64 {
+	if c, ok := s.backend.(Clustered); ok {
+		return c.ID()
+	}
+	return memberID(s.cfg.Name, s.cfg.AdvertiseClientURLs)
+}
+
 // buildServers wires the gRPC services and the HTTP handler.
 func (s *Server) buildServers() {
 	cfg := s.cfg
-	mid := memberID(cfg.Name, cfg.AdvertiseClientURLs)
+	mid := s.memberID()
 	hdr := &header{
 		clusterID: clusterID(mid),
 		memberID:  mid,
 		rev:       func() int64 { rev, _ := s.store.Revisions(); return rev },
 	}
 	if c, ok := s.backend.(Clustered); ok {
-		hdr.raft, hdr.memberID, hdr.clusterID = c, c.ID(), c.ClusterID()
-		mid = c.ID()
+		hdr.raft, hdr.clusterID = c, c.ClusterID()
 	}
 	s.health = health.NewServer()
 	// One registry per Server (metrics_*.go): etcd's names, types, labels

@@ -174,12 +174,15 @@ exec 3>&1 # the ERR trap reports here even inside redirected commands
 trap 'log "command failed (line $LINENO): $BASH_COMMAND" >&3' ERR
 trap 'exit 130' INT TERM
 
-timed() { # timed LABEL CMD...: run CMD, record its duration
-  local label=$1 s
+timed() { # timed LABEL CMD...: run CMD, record its duration, return its status
+  local label=$1 s rc=0
   shift
   s=$(date +%s)
-  "$@"
+  # In a condition (timed ... || fail) the caller must see CMD's status,
+  # not that of the bookkeeping after it.
+  "$@" || rc=$?
   TIMINGS+=("$label: $(($(date +%s) - s))s")
+  return "$rc"
 }
 
 # wait_for SECONDS DESCRIPTION CMD...: poll CMD every 0.5 s, bounded.
@@ -215,15 +218,18 @@ free_port() {
 }
 
 # ---------------------------------------------------------------- build
+# Chained with &&: timed runs it as a condition, where set -e does not stop
+# at the first failing command.
 build() {
-  log "building kite and etcdctl"
-  go build -tags kitetest -C "$ROOT" -o "$BIN/kite" ./cmd/kite
-  go build -C "$ROOT" -o "$BIN/etcdctl" go.etcd.io/etcd/etcdctl/v3
-  log "building kube-apiserver, kube-controller-manager, kubectl (cold: many minutes)"
-  (cd "$HERE" && go build -o "$BIN/" k8s.io/kubernetes/cmd/kube-apiserver \
-    k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl)
+  log "building kite and etcdctl" &&
+    go build -tags kitetest -C "$ROOT" -o "$BIN/kite" ./cmd/kite &&
+    go build -C "$ROOT" -o "$BIN/etcdctl" go.etcd.io/etcd/etcdctl/v3 &&
+    log "building kube-apiserver, kube-controller-manager, kubectl (cold: many minutes)" &&
+    (cd "$HERE" && go build -o "$BIN/" k8s.io/kubernetes/cmd/kube-apiserver \
+      k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl)
 }
-timed "build (kite, etcdctl, kube-apiserver, kube-controller-manager, kubectl)" build
+timed "build (kite, etcdctl, kube-apiserver, kube-controller-manager, kubectl)" build ||
+  die "build of kite, etcdctl, kube-apiserver, kube-controller-manager or kubectl"
 
 if [ "$KITE_KUBE_DATASTORE" = postgres ]; then
   # A fresh database for this run; cleanup drops it after kite stopped.
@@ -859,7 +865,7 @@ rv_list() {
     { grep -E '^[A-Za-z]+ kite-(bulk|watch|events)/' || true; } | sort
 }
 copy_check() { # copy_check TARGET: copy, serve, compare
-  local target=$1 url port api_port rv_want rv_got s
+  local target=$1 url port api_port rv_want rv_got
   local -a to storage=()
   case "$target" in
   sqlite) to=(--to-data-dir "$WORK/copy-sqlite") ;;
@@ -868,14 +874,12 @@ copy_check() { # copy_check TARGET: copy, serve, compare
     storage=(--datastore-endpoint "${to[1]}")
     ;;
   esac
-  # ETCDCTL_TLS (--cacert --cert --key) are kite copy's flags too. Not
-  # timed: timed answers 0 in a condition whatever its command did.
-  s=$(date +%s)
-  if ! "$BIN/kite" copy --from "$KITE_URL" "${ETCDCTL_TLS[@]}" "${to[@]}" >"$LOGS/copy-$target.log" 2>&1; then
+  # ETCDCTL_TLS (--cacert --cert --key) are kite copy's flags too.
+  if ! timed "kite copy into $target" \
+    "$BIN/kite" copy --from "$KITE_URL" "${ETCDCTL_TLS[@]}" "${to[@]}" >"$LOGS/copy-$target.log" 2>&1; then
     fail "kite copy --from $KITE_URL into $target: $(tail -n 3 "$LOGS/copy-$target.log")"
     return 0
   fi
-  TIMINGS+=("kite copy into $target: $(($(date +%s) - s))s")
   pass "kite copy into $target: $(grep -o 'verified: [0-9]* keys at revision [0-9]*' "$LOGS/copy-$target.log")"
   port=$(free_port)
   url="${KITE_URLS[0]%%://*}://127.0.0.1:$port"
@@ -883,9 +887,8 @@ copy_check() { # copy_check TARGET: copy, serve, compare
   api_port=$(free_port)
   start_apiserver "kube-apiserver-copy-$target" "$api_port" "$url" "$WORK/copy-certs-$target"
   copy_api_ready() { [ "$(kubectl --server="https://127.0.0.1:$api_port" get --raw /readyz 2>/dev/null)" = ok ]; }
-  s=$(date +%s)
-  if wait_for 180 "kube-apiserver on the $target copy /readyz" copy_api_ready; then
-    TIMINGS+=("kube-apiserver on the $target copy to /readyz: $(($(date +%s) - s))s")
+  if timed "kube-apiserver on the $target copy to /readyz" \
+    wait_for 180 "kube-apiserver on the $target copy /readyz" copy_api_ready; then
     rv_want=$(rv_list) || fail "kubectl get cm,secret -A on the first apiserver"
     rv_got=$(rv_list --server="https://127.0.0.1:$api_port") || fail "kubectl get cm,secret -A on the $target copy"
     check "configmaps and secrets of kite-bulk, kite-watch, kite-events listed by the apiserver on the $target copy" \
