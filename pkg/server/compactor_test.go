@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,10 +67,42 @@ func TestCompactorRevision(t *testing.T) {
 			t.Fatalf("compacted to %v", revs)
 		}
 	}
-	n := len(f.compacted())
-	time.Sleep(50 * time.Millisecond)
-	if len(f.compacted()) != n {
-		t.Fatal("compactor still running after stop")
+}
+
+// TestCompactorStopWaits: stop cancels a compaction in flight and returns
+// only after it returned, so the server closes the store under no
+// compaction (closeResources stops the compactor first).
+func TestCompactorStopWaits(t *testing.T) {
+	entered := make(chan struct{}, 1)
+	var returned atomic.Bool
+	c := &compactor{log: testLogger(t), current: (&fakeCompactions{}).current,
+		mode: CompactionModeRevision, retention: 5, revInterval: time.Millisecond,
+		compact: func(ctx context.Context, rev int64) error {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			<-ctx.Done()
+			// Long enough that a stop which did not wait returns first.
+			time.Sleep(50 * time.Millisecond)
+			returned.Store(true)
+			return ctx.Err()
+		}}
+	c.start()
+	select {
+	case <-entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no compaction started")
+	}
+	stopped := make(chan struct{})
+	go func() { c.stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("stop did not cancel the compaction in flight")
+	}
+	if !returned.Load() {
+		t.Fatal("stop returned while a compaction was still running")
 	}
 }
 
