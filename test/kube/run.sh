@@ -222,7 +222,7 @@ free_port() {
 # at the first failing command.
 build() {
   log "building kite and etcdctl" &&
-    go build -tags kitetest -C "$ROOT" -o "$BIN/kite" ./cmd/kite &&
+    go build -C "$ROOT" -tags kitetest -o "$BIN/kite" ./cmd/kite &&
     go build -C "$ROOT" -o "$BIN/etcdctl" go.etcd.io/etcd/etcdctl/v3 &&
     log "building kube-apiserver, kube-controller-manager, kubectl (cold: many minutes)" &&
     (cd "$HERE" && go build -o "$BIN/" k8s.io/kubernetes/cmd/kube-apiserver \
