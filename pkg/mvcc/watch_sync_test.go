@@ -127,7 +127,8 @@ func TestWatchCompactedStart(t *testing.T) {
 }
 
 func TestWatchCompactedWhileBehind(t *testing.T) {
-	h, l := newTestHub(t, func(c *hubConfig) { c.ringRevisions = 1; c.queueLen = 2 })
+	const queueLen = 2
+	h, l := newTestHub(t, func(c *hubConfig) { c.ringRevisions = 1; c.queueLen = queueLen })
 	gate := make(chan struct{})
 	l.gate = gate // the catch-up read waits until the log is compacted
 	ws := h.newStream()
@@ -138,12 +139,16 @@ func TestWatchCompactedWhileBehind(t *testing.T) {
 	}
 	l.compact(15)
 	close(gate)
-	// What was queued before the watcher fell behind comes first (one
-	// response may be in flight), then the compaction answer.
+	// What was queued before the watcher fell behind comes first, then the
+	// compaction answer. Between the hub and recv a stream holds at most
+	// three queues' worth: the queue itself, the batch run has popped and
+	// waits to hand on, and the batch flatten is handing out. So at least
+	// queueLen and at most 3*queueLen events precede the answer, depending
+	// on how far the consumer goroutines got before the writes filled it.
 	for want := int64(2); ; want++ {
 		r := recv(t, ws)
 		if r.CompactRevision != 0 {
-			if !r.Canceled || r.WatchId != id || want < 4 || want > 5 {
+			if n := want - 2; !r.Canceled || r.WatchId != id || n < queueLen || n > 3*queueLen {
 				t.Fatalf("after %d events: %v", want-2, r)
 			}
 			break
