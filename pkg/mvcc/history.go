@@ -15,14 +15,18 @@ import (
 // the next write would number a revision that watchers and clients already
 // know with other data. Nothing read from that storage can be trusted to
 // agree with what was served either, so every request is refused from then
-// on, and the CORRUPT alarm of this member is listed (memory only: the
-// storage is the thing that cannot be trusted to hold it). Only a restart
+// on, every watch stream is ended with the error, and the CORRUPT alarm of
+// this member is listed (memory only: the storage is the thing that cannot
+// be trusted to hold it). Only a restart
 // clears it, since this process's memory holds the revisions the storage
 // lost; the operator decides first whether to restore the database or to
 // accept the loss.
 type historyGuard struct {
 	log *slog.Logger
-	err atomic.Pointer[error]
+	// onLost is told once, when the loss is found (the watch hub ends its
+	// streams with it).
+	onLost func(error)
+	err    atomic.Pointer[error]
 }
 
 // lost returns the error every request is refused with, nil while the
@@ -43,6 +47,9 @@ func (g *historyGuard) note(err error) error {
 	if g.err.CompareAndSwap(nil, &err) {
 		g.log.Error("the storage's history is behind what this server served: refusing every request; "+
 			"restore the database, or accept the loss and restart every kite server (docs/failover.md)", "err", err)
+		if g.onLost != nil {
+			g.onLost(err)
+		}
 	}
 	return err
 }

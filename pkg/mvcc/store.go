@@ -170,6 +170,7 @@ func Open(ctx context.Context, b Backend, cfg Config) (*Store, error) {
 		ringBytes:        int(cfg.WatchRingBytes),
 		logger:           s.log,
 	})
+	s.guard.onLost = s.hub.fail
 	s.wg.Add(3)
 	go s.writeLoop()
 	go s.physical.loop(s.ctx)

@@ -57,6 +57,9 @@ type watchHub struct {
 	unsynced map[*watcher]struct{}
 	streams  map[*WatchStream]struct{}
 	closed   bool
+	// failed is set once by fail: every stream ended with it, and new
+	// streams are born ended.
+	failed error
 	// slowWarned is when a slow client was last logged (at most every
 	// slowWarnEvery: under load many fall behind at once).
 	slowWarned time.Time
@@ -112,7 +115,7 @@ func orDefault(v, def int) int {
 func (h *watchHub) publish(rev int64, changes []Change) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.closed {
+	if h.closed || h.failed != nil {
 		return
 	}
 	if rev <= h.rev {
@@ -271,6 +274,24 @@ func (h *watchHub) wakeSync() {
 	select {
 	case h.syncc <- struct{}{}:
 	default:
+	}
+}
+
+// fail ends every stream with err, and every stream opened later at once.
+// It is called when the storage is found to have lost revisions this
+// server published: a watcher left open would wait, as if healthy, for
+// revisions whose numbers the storage no longer holds, and a client such as
+// kube-apiserver's watch cache must learn that its history is not the
+// storage's any more. The hub's goroutines keep running until close.
+func (h *watchHub) fail(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed || h.failed != nil {
+		return
+	}
+	h.failed = err
+	for ws := range h.streams {
+		h.closeStreamLocked(ws)
 	}
 }
 

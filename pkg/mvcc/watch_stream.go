@@ -71,7 +71,7 @@ func (h *watchHub) newStream() *WatchStream {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.closed {
+	if h.closed || h.failed != nil {
 		ws.closed = true
 		close(ws.stopc)
 		close(ws.batches)
@@ -98,6 +98,15 @@ func jitter(d time.Duration) time.Duration {
 // choice. It is closed by Close and when the store closes. A stream is read
 // through Batches or through Responses, not both.
 func (ws *WatchStream) Batches() <-chan []Delivery { return ws.batches }
+
+// Err tells why Batches or Responses closed: nil when the stream or the
+// store was closed, ErrHistoryLost (wrapped) when the store stopped serving
+// a storage that lost revisions it had published.
+func (ws *WatchStream) Err() error {
+	ws.hub.mu.Lock()
+	defer ws.hub.mu.Unlock()
+	return ws.hub.failed
+}
 
 // Responses delivers the same responses one at a time; Fragment then
 // answers for the response last received.

@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -273,5 +274,35 @@ func TestWatchPublishGapReadsLog(t *testing.T) {
 	l.write(put("k", "seen"))
 	if got := collect(t, ws, id, 2); !slices.Equal(got, []string{"2:PUT:k:lost", "3:PUT:k:seen"}) {
 		t.Fatalf("got %q", got)
+	}
+}
+
+// After a lost history every stream ends with the error, and a new stream
+// is born ended: no watcher waits for revisions the storage no longer holds.
+func TestWatchHubFailEndsStreams(t *testing.T) {
+	h, l := newTestHub(t, nil)
+	ws := h.newStream()
+	defer ws.Close()
+	watchID(t, ws, &pb.WatchCreateRequest{Key: []byte("k")})
+	l.write(put("k", "1"))
+	recv(t, ws)
+	lost := fmt.Errorf("test: %w", ErrHistoryLost)
+	h.fail(lost)
+	select {
+	case _, ok := <-ws.Responses():
+		if ok {
+			t.Fatal("a response after the failure")
+		}
+	case <-time.After(recvTimeout):
+		t.Fatal("stream still open after the failure")
+	}
+	if err := ws.Err(); !errors.Is(err, ErrHistoryLost) {
+		t.Fatalf("Err: %v", err)
+	}
+	l.write(put("k", "2")) // ignored by the failed hub
+	late := h.newStream()
+	defer late.Close()
+	if _, ok := <-late.Batches(); ok || !errors.Is(late.Err(), ErrHistoryLost) {
+		t.Fatalf("new stream after the failure: open %v, err %v", ok, late.Err())
 	}
 }

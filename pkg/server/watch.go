@@ -65,7 +65,12 @@ func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		select {
 		case batch, ok := <-batches:
 			if !ok {
-				// The store closed the stream: the server is stopping.
+				// The store closed the stream: the server is stopping, or
+				// the storage lost history this server had served.
+				if err := ws.Err(); err != nil {
+					s.log.ErrorContext(ctx, "ending watch stream", "err", err)
+					return toGRPCError(err)
+				}
 				return rpctypes.ErrGRPCStopped
 			}
 			for _, d := range batch {

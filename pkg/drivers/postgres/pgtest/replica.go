@@ -43,6 +43,12 @@ func (p *Pair) DSN() string {
 		"connect_timeout=2 target_session_attrs=read-write", p.Primary.Port, p.Standby.Port)
 }
 
+// URL is DSN in URL form, as kite's --datastore-endpoint takes it.
+func (p *Pair) URL() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2&target_session_attrs=read-write",
+		p.Primary.Port, p.Standby.Port)
+}
+
 // NewPair initialises a primary cluster (wal_level=replica, trust
 // authentication for loopback connections and replication) in a temporary
 // directory, makes a standby of it with pg_basebackup -R, and starts both.
