@@ -1,0 +1,206 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// TestDiskFullSQLite: kite on its embedded SQLite, its data directory on a
+// small filesystem that fills up under writes. Writes then fail with an
+// error that says the disk is full, and nothing else changes: reads and
+// watches go on, every acknowledged write is there, and once space is freed
+// writes succeed again without a restart. A SIGKILL and restart after that
+// loses nothing acknowledged. (etcd itself stops on a full disk: its WAL
+// write fails and the member exits.)
+func TestDiskFullSQLite(t *testing.T) {
+	disk := newSmallDisk(t, 24)
+	k := startKiteIn(t, disk.Dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const prefix = "/diskfull/"
+	wc := k.Client.Watch(ctx, prefix, clientv3.WithPrefix())
+	if _, err := k.Client.Put(ctx, prefix+"first", "x"); err != nil {
+		t.Fatal(err)
+	}
+	disk.fill(t, 2<<20)
+
+	value := strings.Repeat("v", 4096)
+	acked := map[string]int64{}
+	var full error
+	for i := 0; full == nil; i++ {
+		if i > 10000 {
+			t.Fatalf("%d writes of 4 KiB fit on a disk with 2 MiB free", i)
+		}
+		key := fmt.Sprintf("%sk%05d", prefix, i)
+		resp, err := k.Client.Put(ctx, key, value)
+		if err != nil {
+			full = err
+			break
+		}
+		acked[key] = resp.Header.Revision
+	}
+	if status.Code(full) != codes.Unknown || !strings.Contains(full.Error(), "disk full") {
+		t.Fatalf("a write on a full disk failed with %v; want the disk-full error", full)
+	}
+	t.Logf("%d writes acknowledged before the disk filled: %v", len(acked), full)
+	// Every write fails alike while the disk is full, and changes nothing.
+	rev := mustRev(t, k)
+	for range 3 {
+		if _, err := k.Client.Put(ctx, prefix+"more", value); err == nil {
+			t.Fatal("a write succeeded on the full disk")
+		}
+	}
+	if got := mustRev(t, k); got != rev {
+		t.Fatalf("failed writes moved the revision from %d to %d", rev, got)
+	}
+
+	// Reads and watches still work, and hold every acknowledged write.
+	checkAcked(ctx, t, k, prefix, acked, value)
+	seen := map[string]int64{}
+	for len(seen) < len(acked)+1 {
+		select {
+		case resp := <-wc:
+			if err := resp.Err(); err != nil {
+				t.Fatalf("watch ended on the full disk: %v", err)
+			}
+			for _, ev := range resp.Events {
+				seen[string(ev.Kv.Key)] = ev.Kv.ModRevision
+			}
+		case <-ctx.Done():
+			t.Fatalf("watch delivered %d of %d events", len(seen), len(acked)+1)
+		}
+	}
+	for key, rev := range acked {
+		if seen[key] != rev {
+			t.Fatalf("watch: %s at revision %d, acknowledged at %d", key, seen[key], rev)
+		}
+	}
+
+	// Space back: writes resume without a restart.
+	disk.release(t)
+	var after int64
+	waitUntil(t, 30*time.Second, "a write after space was freed", func() bool {
+		resp, err := k.Client.Put(ctx, prefix+"after", "x")
+		if err == nil {
+			after = resp.Header.Revision
+		}
+		return err == nil
+	})
+	acked[prefix+"after"] = after
+	for {
+		resp := <-wc
+		if err := resp.Err(); err != nil {
+			t.Fatalf("watch after space was freed: %v", err)
+		}
+		if n := len(resp.Events); n > 0 && resp.Events[n-1].Kv.ModRevision == after {
+			break
+		}
+	}
+
+	k.Kill()
+	k.Restart()
+	delete(acked, prefix+"after")
+	checkAcked(ctx, t, k, prefix, acked, value)
+	resp, err := k.Client.Get(ctx, prefix+"after")
+	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].ModRevision != after {
+		t.Fatalf("the write after the disk was freed, after a restart: %v, %v", resp, err)
+	}
+}
+
+// checkAcked reads every acknowledged key back at its revision.
+func checkAcked(ctx context.Context, t *testing.T, k *kiteProcess, prefix string, acked map[string]int64, value string) {
+	t.Helper()
+	resp, err := k.Client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	if len(resp.Kvs) < len(acked) {
+		t.Fatalf("list has %d keys, %d were acknowledged", len(resp.Kvs), len(acked))
+	}
+	for key, rev := range acked {
+		r, err := k.Client.Get(ctx, key)
+		if err != nil || len(r.Kvs) != 1 || r.Kvs[0].ModRevision != rev || string(r.Kvs[0].Value) != value {
+			t.Fatalf("acknowledged %s at revision %d: %v, %v", key, rev, r, err)
+		}
+	}
+}
+
+// TestDiskFullRaftSQLFollower: a raftsql follower whose data directory
+// fills up stops, as a member whose apply fails does (it must not serve a
+// state the others do not have, nor skip the entry); the other two go on.
+// Once space is freed and it is restarted, it catches up from its WAL and
+// its peers, entry by entry: HashKV agrees at the last revision.
+func TestDiskFullRaftSQLFollower(t *testing.T) {
+	if againstEtcd {
+		t.Skip("the cluster is kite's raftsql")
+	}
+	// etcd's WAL preallocates its 64 MiB segment and the next one.
+	disk := newSmallDisk(t, 192)
+	const onDisk = 2
+	c := startClusterOf(t, 3, &cluster{prepare: func(c *cluster, m *clusterMember) {
+		if m == c.members[onDisk] {
+			m.dataDir = disk.Dir
+		}
+	}})
+	ctx := testCtx(t, 3*time.Minute)
+	f := c.members[onDisk]
+	if l := c.leaderIndex(t); l == onDisk {
+		target := c.members[c.others(l)[0]]
+		if _, err := f.Client.MoveLeader(ctx, target.memberID(t)); err != nil {
+			t.Fatalf("move the leader off the small disk: %v", err)
+		}
+	}
+	l := c.leaderIndex(t)
+	leader := c.members[l]
+	disk.fill(t, 1<<20)
+
+	value := strings.Repeat("v", 4096)
+	var last int64
+	for i := 0; ; i++ {
+		select {
+		case <-f.exited:
+		default:
+			if i > 20000 {
+				t.Fatalf("member %s still runs after %d writes on a disk with 1 MiB free", f.name, i)
+			}
+			resp, err := leader.Client.Put(ctx, fmt.Sprintf("/full/k%05d", i), value)
+			if err != nil {
+				t.Fatalf("put through the leader while a follower's disk fills: %v", err)
+			}
+			last = resp.Header.Revision
+			continue
+		}
+		break
+	}
+	stopped := ""
+	for _, line := range strings.Split(f.log.Tail(1<<20), "\n") {
+		if strings.Contains(line, "raftsql node stopped") {
+			stopped = line
+		}
+	}
+	if !strings.Contains(stopped, "full") {
+		t.Fatalf("member %s exited without saying its disk is full:\n%s", f.name, f.log.Tail(4096))
+	}
+	t.Logf("member %s stopped at revision %d: %s", f.name, last, stopped)
+	// The two others are a quorum.
+	for i := range 20 {
+		resp, err := leader.Client.Put(ctx, fmt.Sprintf("/full/more%02d", i), value)
+		if err != nil {
+			t.Fatalf("put with one member down: %v", err)
+		}
+		last = resp.Header.Revision
+	}
+
+	disk.release(t)
+	f.Kill()
+	f.Restart()
+	waitApplied(t, c, last)
+	sameHashKV(t, ctx, c, last)
+}
