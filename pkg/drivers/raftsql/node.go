@@ -238,15 +238,11 @@ func (n *Node) openWAL(walDir string, cfg Config) (walMetadata, error) {
 		walSnap.Index = proto.Uint64(snapshot.GetMetadata().GetIndex())
 		walSnap.Term = proto.Uint64(snapshot.GetMetadata().GetTerm())
 	}
-	w, err := wal.Open(n.zlog, walDir, walSnap)
+	w, metadata, hs, ents, err := readWAL(n.zlog, n.log, walDir, walSnap)
 	if err != nil {
-		return meta, fmt.Errorf("open WAL: %w", err)
+		return meta, err
 	}
 	n.wal = w
-	metadata, hs, ents, err := w.ReadAll()
-	if err != nil {
-		return meta, fmt.Errorf("read WAL: %w", err)
-	}
 	if err := json.Unmarshal(metadata, &meta); err != nil {
 		return meta, fmt.Errorf("read WAL metadata: %w", err)
 	}
