@@ -421,3 +421,23 @@ func adminConn(t *testing.T, dsn string) *pgx.Conn {
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	return conn
 }
+
+// A primary whose database stops answering (every packet dropped, or the
+// database machine hung: here its processes are SIGSTOPped) steps down
+// before the database would drop its session and hand the lock to another
+// server, about 11 s (the server keepalives), so no two servers run lease
+// expiry at once. When the database answers again, it competes for the
+// lock anew.
+func TestPrimaryStepsDownWhenDatabaseStopsAnswering(t *testing.T) {
+	pair := pgtest.NewPair(t, false)
+	a := openServer(t, "a", pair.Primary.DSN())
+	await(t, waitFor, "a primary", a.store.Primary)
+	pair.Primary.Freeze(t)
+	frozen := time.Now()
+	await(t, 9*time.Second, "the primary stepping down while the database does not answer", func() bool {
+		return !a.store.Primary()
+	})
+	t.Logf("stepped down %v after the database stopped answering", time.Since(frozen).Round(100*time.Millisecond))
+	pair.Primary.Thaw(t)
+	await(t, 30*time.Second, "the primary lock taken again once the database answers", a.store.Primary)
+}

@@ -12,6 +12,17 @@ import (
 // and how often the primary checks that its lock connection is alive.
 const primaryInterval = time.Second
 
+// primaryPingTimeout bounds the primary's check of its lock connection. A
+// database that stops answering (a partition, a frozen server) leaves the
+// ping waiting for TCP to give up, which takes many minutes; meanwhile the
+// database drops the session after its keepalives fail (serverKeepalives:
+// about 11 s) and lets another server take the lock. Stepping down first,
+// within primaryInterval plus this timeout, keeps two servers from both
+// running the once-only jobs: the one that lost the database must not
+// wake up after a heal still believing it expires leases, with a clock
+// that never heard of the renewals made through the new primary.
+const primaryPingTimeout = 2 * time.Second
+
 // primary competes for the session-level advisory lock that makes one kite
 // server of the cluster the one that runs the once-only jobs (lease expiry,
 // compaction). Session-level means the lock lives as long as the
@@ -100,7 +111,10 @@ func (p *primary) run(ctx context.Context) {
 				}
 			}
 		default:
-			if err := conn.Ping(ctx); err != nil {
+			pctx, cancel := context.WithTimeout(ctx, primaryPingTimeout)
+			err := conn.Ping(pctx)
+			cancel()
+			if err != nil {
 				if ctx.Err() != nil {
 					return
 				}
