@@ -37,9 +37,13 @@ func TestFailoverLostHistoryEndToEnd(t *testing.T) {
 	defer cancel()
 	const prefix = "/failover/"
 
-	watches := make([]clientv3.WatchChan, len(ks))
+	// Each watch is read from the start, as a client reads it: clientv3
+	// drops the error that ends a watch if it is not taken within 250 ms.
+	watchEnds := make([]chan error, len(ks))
 	for i, k := range ks {
-		watches[i] = k.Client.Watch(ctx, prefix, clientv3.WithPrefix())
+		wc := k.Client.Watch(ctx, prefix, clientv3.WithPrefix())
+		watchEnds[i] = make(chan error, 1)
+		go func() { watchEnds[i] <- watchEnd(ctx, wc) }()
 	}
 	// One writer per server, each request with its own deadline, until
 	// stopped; the last error each saw is kept.
@@ -98,7 +102,7 @@ func TestFailoverLostHistoryEndToEnd(t *testing.T) {
 
 	for i, k := range ks {
 		// The watch ends with the error instead of waiting on.
-		if err := watchEnd(ctx, watches[i]); !errors.Is(err, rpctypes.ErrCorrupt) {
+		if err := <-watchEnds[i]; !errors.Is(err, rpctypes.ErrCorrupt) {
 			t.Errorf("server %d: watch ended with %v, want %v", i, err, rpctypes.ErrCorrupt)
 		}
 		// A new watch is refused too.
