@@ -17,8 +17,8 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/kite-db/kite/pkg/membership"
 	"github.com/kite-db/kite/pkg/mvcc"
-	"github.com/kite-db/kite/pkg/server"
 )
 
 // Membership. The raft log is the only source of the cluster's members, as
@@ -199,7 +199,7 @@ func (n *Node) applyConfChange(cc *raftpb.ConfChange) {
 func (n *Node) validateConfChange(cc *raftpb.ConfChange, ctx *confChangeContext) error {
 	id := cc.GetNodeId()
 	if n.IsIDRemoved(id) {
-		return server.ErrMemberNotFound
+		return membership.ErrMemberNotFound
 	}
 	if len(cc.Context) > 0 {
 		if err := json.Unmarshal(cc.Context, ctx); err != nil {
@@ -221,18 +221,18 @@ func (n *Node) validateConfChange(cc *raftpb.ConfChange, ctx *confChangeContext)
 	case raftpb.ConfChangeType_ConfChangeAddNode, raftpb.ConfChangeType_ConfChangeAddLearnerNode:
 		if ctx.Promote {
 			if i < 0 {
-				return server.ErrMemberNotFound
+				return membership.ErrMemberNotFound
 			}
 			if !n.members[i].IsLearner {
-				return server.ErrMemberNotLearner
+				return membership.ErrMemberNotLearner
 			}
 			return nil
 		}
 		if i >= 0 {
-			return server.ErrMemberExists
+			return membership.ErrMemberExists
 		}
 		if urlTaken() {
-			return server.ErrPeerURLExists
+			return membership.ErrPeerURLExists
 		}
 		if cc.GetType() == raftpb.ConfChangeType_ConfChangeAddLearnerNode {
 			learners := 0
@@ -242,19 +242,19 @@ func (n *Node) validateConfChange(cc *raftpb.ConfChange, ctx *confChangeContext)
 				}
 			}
 			if learners >= maxLearners {
-				return server.ErrTooManyLearners
+				return membership.ErrTooManyLearners
 			}
 		}
 	case raftpb.ConfChangeType_ConfChangeRemoveNode:
 		if i < 0 {
-			return server.ErrMemberNotFound
+			return membership.ErrMemberNotFound
 		}
 	case raftpb.ConfChangeType_ConfChangeUpdateNode:
 		if i < 0 {
-			return server.ErrMemberNotFound
+			return membership.ErrMemberNotFound
 		}
 		if urlTaken() {
-			return server.ErrPeerURLExists
+			return membership.ErrPeerURLExists
 		}
 	}
 	return nil
@@ -486,10 +486,10 @@ func started(vs []member) int {
 func (n *Node) mayAddVoter() error {
 	vs := n.voters()
 	if s := started(vs); !(s == 1 && len(vs) == 1) && s < (len(vs)+1)/2+1 {
-		return server.ErrMemberNotEnoughStarted
+		return membership.ErrMemberNotEnoughStarted
 	}
 	if len(vs) > 1 && n.connected(vs) < (len(vs)+1)/2+1 {
-		return server.ErrUnhealthy
+		return membership.ErrUnhealthy
 	}
 	return nil
 }
@@ -497,14 +497,14 @@ func (n *Node) mayAddVoter() error {
 func (n *Node) mayRemove(id uint64) error {
 	m, ok := n.memberByID(id)
 	if !ok {
-		return server.ErrMemberNotFound
+		return membership.ErrMemberNotFound
 	}
 	if m.IsLearner {
 		return nil
 	}
 	vs := slices.DeleteFunc(n.voters(), func(v member) bool { return v.ID == id })
 	if started(vs) < len(vs)/2+1 {
-		return server.ErrMemberNotEnoughStarted
+		return membership.ErrMemberNotEnoughStarted
 	}
 	// A member that is down is not part of the active quorum.
 	if id != n.id && n.transport.ActiveSince(types.ID(id)).IsZero() {
@@ -512,7 +512,7 @@ func (n *Node) mayRemove(id uint64) error {
 	}
 	all := n.voters()
 	if n.connected(all)-1 < 1+(len(all)-1)/2 {
-		return server.ErrUnhealthy
+		return membership.ErrUnhealthy
 	}
 	return nil
 }
@@ -520,25 +520,25 @@ func (n *Node) mayRemove(id uint64) error {
 func (n *Node) mayPromote(id uint64) error {
 	m, ok := n.memberByID(id)
 	if !ok {
-		return server.ErrMemberNotFound
+		return membership.ErrMemberNotFound
 	}
 	if !m.IsLearner {
-		return server.ErrMemberNotLearner
+		return membership.ErrMemberNotLearner
 	}
 	st := n.node.Status()
 	if st.Progress == nil {
-		return server.ErrNotLeader
+		return membership.ErrNotLeader
 	}
 	pr, ok := st.Progress[id]
 	if !ok {
-		return server.ErrMemberNotFound
+		return membership.ErrMemberNotFound
 	}
 	if lead := st.Progress[st.ID].Match; float64(pr.Match) < float64(lead)*learnerReadyPercent {
-		return server.ErrLearnerNotReady
+		return membership.ErrLearnerNotReady
 	}
 	vs := n.voters()
 	if started(vs)+1 < (len(vs)+1)/2+1 {
-		return server.ErrMemberNotEnoughStarted
+		return membership.ErrMemberNotEnoughStarted
 	}
 	return nil
 }

@@ -26,8 +26,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kite-db/kite/pkg/drivers/sqlite"
+	"github.com/kite-db/kite/pkg/membership"
 	"github.com/kite-db/kite/pkg/mvcc"
-	"github.com/kite-db/kite/pkg/server"
 )
 
 // Node is one member of a raftsql cluster.
@@ -161,12 +161,12 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 			}
 		} else {
 			meta = walMetadata{Name: cfg.Name, Token: cfg.Token, Members: cfg.initialMembers()}
-			meta.MemberID = memberID(cfg.InitialCluster[cfg.Name], cfg.Token)
+			meta.MemberID = membership.MemberID(cfg.InitialCluster[cfg.Name], cfg.Token)
 			ids := make([]uint64, len(meta.Members))
 			for i, m := range meta.Members {
 				ids[i] = m.ID
 			}
-			meta.ClusterID = clusterID(ids)
+			meta.ClusterID = membership.ClusterID(ids...)
 		}
 		if err := os.MkdirAll(snapDir, 0o700); err != nil {
 			return nil, fmt.Errorf("create snapshot dir: %w", err)
@@ -431,10 +431,10 @@ func (n *Node) RaftStatus() (leader, term, index, applied uint64) {
 // once target leads.
 func (n *Node) MoveLeader(ctx context.Context, target uint64) error {
 	if n.lead.Load() != n.id {
-		return server.ErrNotLeader
+		return membership.ErrNotLeader
 	}
 	if _, ok := n.memberByID(target); !ok {
-		return server.ErrBadLeaderTransferee
+		return membership.ErrBadLeaderTransferee
 	}
 	if target == n.id {
 		return nil
@@ -446,7 +446,7 @@ func (n *Node) MoveLeader(ctx context.Context, target uint64) error {
 	for n.lead.Load() != target {
 		select {
 		case <-ctx.Done():
-			return server.ErrLeaderTransferTimeout
+			return membership.ErrLeaderTransferTimeout
 		case <-time.After(n.cfg.Heartbeat):
 		}
 	}

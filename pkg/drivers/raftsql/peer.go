@@ -14,8 +14,8 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kite-db/kite/pkg/membership"
 	"github.com/kite-db/kite/pkg/mvcc"
-	"github.com/kite-db/kite/pkg/server"
 )
 
 // The peer URLs serve etcd's raft transport and, under /kite/, what a
@@ -67,7 +67,7 @@ func (n *Node) peerHandler() http.Handler {
 // leader refuses it, so the follower asks the new one.
 func (n *Node) readPeerRequest(w http.ResponseWriter, r *http.Request, m proto.Message) bool {
 	if n.lead.Load() != n.id {
-		writePeerError(w, server.ErrNotLeader)
+		writePeerError(w, membership.ErrNotLeader)
 		return false
 	}
 	return n.readPeerBody(w, r, m)

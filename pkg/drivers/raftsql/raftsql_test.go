@@ -6,9 +6,10 @@ import (
 	"testing"
 
 	"go.etcd.io/etcd/client/pkg/v3/types"
-	"go.etcd.io/etcd/server/v3/etcdserver/api/membership"
+	etcdmembership "go.etcd.io/etcd/server/v3/etcdserver/api/membership"
 	"go.uber.org/zap"
 
+	"github.com/kite-db/kite/pkg/membership"
 	"github.com/kite-db/kite/pkg/mvcc"
 	"github.com/kite-db/kite/pkg/mvcc/backendtest"
 )
@@ -60,7 +61,7 @@ func TestIDsAreEtcds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := membership.NewClusterFromURLsMap(zap.NewNop(), "tok", urlsmap)
+	ref, err := etcdmembership.NewClusterFromURLsMap(zap.NewNop(), "tok", urlsmap)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func TestIDsAreEtcds(t *testing.T) {
 		}
 		ids = append(ids, m.ID)
 	}
-	if got, want := clusterID(ids), uint64(ref.ID()); got != want {
+	if got, want := membership.ClusterID(ids...), uint64(ref.ID()); got != want {
 		t.Errorf("cluster ID %x; etcd's %x", got, want)
 	}
 }
