@@ -15,13 +15,18 @@ import (
 )
 
 // Snapshots. The database itself is the state machine's snapshot: every
-// transaction records the index it applied, and SQLite makes each commit
-// durable. So a raft snapshot needs no copy of the data: it records the
-// index and configuration, after which the WAL and the in-memory log
-// before it can go. Only a follower that needs entries the leader no
-// longer has is sent a copy of the leader's database, which may be newer
-// than the snapshot's index: the follower skips the entries it already
-// holds, by the index recorded in the database.
+// transaction records the index it applied. Its commits are not synced one
+// by one (localDBOptions sets sqlite.Options.NoCommitSync): the raft WAL,
+// which persist writes and fsyncs before the entries reach the apply loop,
+// is what makes an entry durable, and a machine crash that loses the
+// database's last commits only replays them from the WAL on restart. So a
+// raft snapshot needs no copy of the data: maybeSnapshot syncs the database
+// file (syncDB), then records the index and configuration, after which the
+// WAL and the in-memory log before it can go. Only a follower that needs
+// entries the leader no longer has is sent a copy of the leader's
+// database, which may be newer than the snapshot's index: the follower
+// skips the entries it already holds, by the index recorded in the
+// database.
 
 // maybeSnapshot takes a snapshot every SnapshotCount applied entries.
 func (n *Node) maybeSnapshot() {
