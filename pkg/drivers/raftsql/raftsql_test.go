@@ -124,9 +124,9 @@ func TestStartRefusesBadPeerURLs(t *testing.T) {
 	defer n.Close()
 	// Input the bootstrap checks would refuse, as a WAL written by
 	// another version might still hold.
-	n.memberMu.Lock()
-	n.bootstrap[0].PeerURLs = []string{"127.0.0.1:2380"}
-	n.memberMu.Unlock()
+	n.cluster.mu.Lock()
+	n.cluster.bootstrap[0].PeerURLs = []string{"127.0.0.1:2380"}
+	n.cluster.mu.Unlock()
 	err = n.Start(nil)
 	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:2380") {
 		t.Fatalf("Start with an unparsable peer URL: %v; want an error naming it", err)

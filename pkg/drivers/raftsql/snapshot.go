@@ -40,7 +40,7 @@ func (n *Node) maybeSnapshot() {
 		n.log.Warn("sync database before a snapshot", "err", err)
 		return
 	}
-	snapshot, err := n.storage.CreateSnapshot(applied, n.confState, n.stateJSON())
+	snapshot, err := n.storage.CreateSnapshot(applied, n.confState, n.cluster.stateJSON())
 	if err != nil {
 		if !errors.Is(err, raft.ErrSnapOutOfDate) {
 			n.log.Warn("create snapshot", "index", applied, "err", err)
@@ -106,11 +106,11 @@ func (n *Node) installSnapshot(s *raftpb.Snapshot) error {
 	// Through setApplied, which wakes the reads waiting for an index.
 	n.setApplied(applied)
 	n.confState = md.GetConfState()
-	if err := n.loadState(s.GetData()); err != nil {
+	if err := n.cluster.load(s.GetData()); err != nil {
 		return err
 	}
 	n.noteApplied(md.GetIndex(), md.GetTerm())
-	for _, m := range n.memberList() {
+	for _, m := range n.cluster.list() {
 		if m.ID != n.id {
 			n.transport.AddPeer(types.ID(m.ID), m.PeerURLs)
 		}
@@ -184,5 +184,5 @@ type appliedState struct {
 // apply loop, or the Ready loop while the apply loop is idle).
 func (n *Node) noteApplied(index, term uint64) {
 	n.lastApplied.Store(&appliedState{index: index, term: term,
-		confState: proto.Clone(n.confState).(*raftpb.ConfState), members: n.stateJSON()})
+		confState: proto.Clone(n.confState).(*raftpb.ConfState), members: n.cluster.stateJSON()})
 }
