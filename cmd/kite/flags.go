@@ -17,6 +17,7 @@ import (
 
 	"github.com/kite-db/kite/pkg/datastore"
 	"github.com/kite-db/kite/pkg/drivers/raftsql"
+	"github.com/kite-db/kite/pkg/drivers/sqlite"
 	"github.com/kite-db/kite/pkg/mvcc"
 	"github.com/kite-db/kite/pkg/server"
 )
@@ -100,6 +101,10 @@ type serveFlags struct {
 	datastoreMaxOpenConns    int
 	datastoreMaxIdleConns    int
 	datastoreConnMaxLifetime time.Duration
+
+	// testMaxChanges is KITE_TEST_MAX_CHANGES_PER_REVISION (kitetest
+	// builds only; hooks_testhooks.go).
+	testMaxChanges int64
 }
 
 // aliasTarget returns the flag a deprecated alias stands for, or "".
@@ -232,6 +237,9 @@ func parseServeFlags(args []string, getenv func(string) string) (*serveFlags, er
 	}
 	if err == nil {
 		err = checkMemoryBudget(f.memoryBudget)
+	}
+	if err == nil {
+		f.testMaxChanges, err = testMaxChanges()
 	}
 	if err == nil && f.raftMode() {
 		f.raft, err = f.raftConfig()
@@ -396,9 +404,17 @@ func (f *serveFlags) datastore(log *slog.Logger) datastore.Config {
 		MaxIdleConns:    f.datastoreMaxIdleConns,
 		ConnMaxLifetime: f.datastoreConnMaxLifetime,
 		Raft:            f.raft,
-		SQLite:          splitMemory(int64(f.memoryBudget)).sqlite(),
+		SQLite:          f.sqliteOptions(),
 		Logger:          log,
 	}
+}
+
+// sqliteOptions tunes the SQLite databases from --memory-budget (and, in
+// a -tags kitetest build, a test's lower change-count bound).
+func (f *serveFlags) sqliteOptions() sqlite.Options {
+	opts := splitMemory(int64(f.memoryBudget)).sqlite()
+	opts.MaxChangesPerRevision = f.testMaxChanges
+	return opts
 }
 
 // newLogger builds the process logger from --log-level and --log-format.

@@ -10,3 +10,4 @@ import "time"
 func setTestResolver()                      {}
 func testPeerFaults() bool                  { return false }
 func testCopyPause() (time.Duration, error) { return 0, nil }
+func testMaxChanges() (int64, error)        { return 0, nil }

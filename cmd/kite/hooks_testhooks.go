@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"time"
 )
 
@@ -46,4 +47,20 @@ func testCopyPause() (time.Duration, error) {
 		return 0, fmt.Errorf("KITE_TEST_COPY_PAUSE_BEFORE_COMMIT: %w", err)
 	}
 	return d, nil
+}
+
+// testMaxChanges: KITE_TEST_MAX_CHANGES_PER_REVISION=N lowers the most
+// changes one revision may hold in the SQLite databases
+// (sqlite.Options.MaxChangesPerRevision), so a test reaches
+// mvcc.ErrTooManyChanges with N+1 keys rather than a million.
+func testMaxChanges() (int64, error) {
+	v := os.Getenv("KITE_TEST_MAX_CHANGES_PER_REVISION")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("KITE_TEST_MAX_CHANGES_PER_REVISION=%q: want a positive number", v)
+	}
+	return n, nil
 }

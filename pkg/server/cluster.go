@@ -2,9 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/binary"
-	"errors"
 	"net/url"
 	"slices"
 	"strings"
@@ -31,66 +28,6 @@ func (s *clusterServer) refuseChange(id uint64) error {
 	return errNeedsRaftSQL
 }
 
-// memberID derives a stable member ID the way etcd derives one from a
-// member's peer URLs and cluster name (sha1, first 8 bytes big-endian):
-// here from the sorted advertise client URLs and the member name, so the ID
-// survives restarts and differs between servers. 0 is raft's "no leader",
-// so it is never returned.
-func memberID(name string, advertiseURLs []string) uint64 {
-	urls := slices.Clone(advertiseURLs)
-	slices.Sort(urls)
-	sum := sha1.Sum([]byte(strings.Join(urls, "") + name))
-	if id := binary.BigEndian.Uint64(sum[:8]); id != 0 {
-		return id
-	}
-	return 1
-}
-
-// clusterID derives the cluster ID from the member IDs as etcd does (sha1
-// of the sorted IDs, big-endian, first 8 bytes).
-func clusterID(members ...uint64) uint64 {
-	ids := slices.Clone(members)
-	slices.Sort(ids)
-	b := make([]byte, 8*len(ids))
-	for i, id := range ids {
-		binary.BigEndian.PutUint64(b[8*i:], id)
-	}
-	sum := sha1.Sum(b)
-	return binary.BigEndian.Uint64(sum[:8])
-}
-
-// The errors a Clustered member returns for a refused membership change or
-// leader transfer; toGRPCError gives the client etcd's for each.
-var (
-	// ErrMemberNotFound: no member has the ID (or it was removed).
-	ErrMemberNotFound = errors.New("server: member not found")
-	// ErrMemberExists: a member with the ID is already in the cluster.
-	ErrMemberExists = errors.New("server: member already exists")
-	// ErrPeerURLExists: another member already has one of the peer URLs.
-	ErrPeerURLExists = errors.New("server: peer URL already exists")
-	// ErrMemberNotLearner: only a learner can be promoted.
-	ErrMemberNotLearner = errors.New("server: member is not a learner")
-	// ErrTooManyLearners: the cluster already has as many learners as it
-	// allows.
-	ErrTooManyLearners = errors.New("server: too many learners")
-	// ErrLearnerNotReady: the learner's log is too far behind the leader's
-	// to be promoted.
-	ErrLearnerNotReady = errors.New("server: learner not ready")
-	// ErrMemberNotEnoughStarted: the change would leave fewer started
-	// voters than a quorum.
-	ErrMemberNotEnoughStarted = errors.New("server: not enough started members")
-	// ErrUnhealthy: the change would leave fewer connected voters than a
-	// quorum.
-	ErrUnhealthy = errors.New("server: unhealthy cluster")
-	// ErrNotLeader: the request must be made to (or answered by) the
-	// leader and this member is not.
-	ErrNotLeader = errors.New("server: not leader")
-	// ErrBadLeaderTransferee: the transfer target is not a member.
-	ErrBadLeaderTransferee = errors.New("server: bad leader transferee")
-	// ErrLeaderTransferTimeout: the target did not take the lead in time.
-	ErrLeaderTransferTimeout = errors.New("server: leader transfer timed out")
-)
-
 // Clustered is implemented by a Backend that is one member of a replicated
 // cluster (raftsql). The server reports the cluster through it: member and
 // cluster IDs, the members, raft's status in headers and Status, and stops
@@ -103,13 +40,14 @@ type Clustered interface {
 	// last committed and the last applied index.
 	RaftStatus() (leader, term, index, applied uint64)
 	// MoveLeader hands leadership to member target and waits until it
-	// leads: ErrNotLeader, ErrBadLeaderTransferee, ErrLeaderTransferTimeout.
+	// leads: membership.ErrNotLeader, ErrBadLeaderTransferee,
+	// ErrLeaderTransferTimeout.
 	MoveLeader(ctx context.Context, target uint64) error
 	// AddMember, RemoveMember, UpdateMember and PromoteMember change the
 	// membership through the replicated log and return the members after
-	// the change, or the errors above (ErrMemberExists, ErrMemberNotFound,
-	// ErrMemberNotLearner, ErrLearnerNotReady, ...) and the store's
-	// (mvcc.ErrTimeout, mvcc.ErrStopped, ...).
+	// the change, or pkg/membership's errors (ErrMemberExists,
+	// ErrMemberNotFound, ErrMemberNotLearner, ErrLearnerNotReady, ...) and
+	// the store's (mvcc.ErrTimeout, mvcc.ErrStopped, ...).
 	AddMember(ctx context.Context, peerURLs []string, learner bool) (*pb.Member, []*pb.Member, error)
 	RemoveMember(ctx context.Context, id uint64) ([]*pb.Member, error)
 	UpdateMember(ctx context.Context, id uint64, peerURLs []string) ([]*pb.Member, error)

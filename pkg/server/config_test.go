@@ -75,19 +75,3 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatal("config without data dir validated")
 	}
 }
-
-func TestIDs(t *testing.T) {
-	a := memberID("default", []string{"http://127.0.0.1:2379"})
-	if a != memberID("default", []string{"http://127.0.0.1:2379"}) {
-		t.Fatal("member ID not stable")
-	}
-	if a == memberID("other", []string{"http://127.0.0.1:2379"}) || a == memberID("default", []string{"http://127.0.0.1:2380"}) {
-		t.Fatal("member ID ignores name or URLs")
-	}
-	if memberID("n", []string{"http://b:1", "http://a:1"}) != memberID("n", []string{"http://a:1", "http://b:1"}) {
-		t.Fatal("member ID depends on URL order")
-	}
-	if clusterID(a) == a || clusterID(a) != clusterID(a) {
-		t.Fatal("cluster ID")
-	}
-}

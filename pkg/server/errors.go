@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kite-db/kite/pkg/membership"
 	"github.com/kite-db/kite/pkg/mvcc"
 )
 
@@ -38,18 +39,18 @@ var errorMap = []struct {
 	{mvcc.ErrStopped, rpctypes.ErrGRPCStopped},
 	{mvcc.ErrNoLeader, rpctypes.ErrGRPCNoLeader},
 	{mvcc.ErrTimeout, rpctypes.ErrGRPCTimeout},
-	// A Clustered member's membership and leadership errors (cluster.go).
-	{ErrMemberNotFound, rpctypes.ErrGRPCMemberNotFound},
-	{ErrMemberExists, rpctypes.ErrGRPCMemberExist},
-	{ErrPeerURLExists, rpctypes.ErrGRPCPeerURLExist},
-	{ErrMemberNotLearner, rpctypes.ErrGRPCMemberNotLearner},
-	{ErrTooManyLearners, rpctypes.ErrGRPCTooManyLearners},
-	{ErrLearnerNotReady, rpctypes.ErrGRPCLearnerNotReady},
-	{ErrMemberNotEnoughStarted, rpctypes.ErrGRPCMemberNotEnoughStarted},
-	{ErrUnhealthy, rpctypes.ErrGRPCUnhealthy},
-	{ErrNotLeader, rpctypes.ErrGRPCNotLeader},
-	{ErrBadLeaderTransferee, rpctypes.ErrGRPCBadLeaderTransferee},
-	{ErrLeaderTransferTimeout, errLeaderTransferTimeout},
+	// A Clustered member's membership and leadership errors (pkg/membership).
+	{membership.ErrMemberNotFound, rpctypes.ErrGRPCMemberNotFound},
+	{membership.ErrMemberExists, rpctypes.ErrGRPCMemberExist},
+	{membership.ErrPeerURLExists, rpctypes.ErrGRPCPeerURLExist},
+	{membership.ErrMemberNotLearner, rpctypes.ErrGRPCMemberNotLearner},
+	{membership.ErrTooManyLearners, rpctypes.ErrGRPCTooManyLearners},
+	{membership.ErrLearnerNotReady, rpctypes.ErrGRPCLearnerNotReady},
+	{membership.ErrMemberNotEnoughStarted, rpctypes.ErrGRPCMemberNotEnoughStarted},
+	{membership.ErrUnhealthy, rpctypes.ErrGRPCUnhealthy},
+	{membership.ErrNotLeader, rpctypes.ErrGRPCNotLeader},
+	{membership.ErrBadLeaderTransferee, rpctypes.ErrGRPCBadLeaderTransferee},
+	{membership.ErrLeaderTransferTimeout, errLeaderTransferTimeout},
 	// etcd's auth store's errors (go.etcd.io/etcd/server/v3/auth).
 	{auth.ErrRootUserNotExist, rpctypes.ErrGRPCRootUserNotExist},
 	{auth.ErrRootRoleNotExist, rpctypes.ErrGRPCRootRoleNotExist},

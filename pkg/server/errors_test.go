@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kite-db/kite/pkg/membership"
 	"github.com/kite-db/kite/pkg/mvcc"
 )
 
@@ -42,17 +43,17 @@ func TestToGRPCError(t *testing.T) {
 		{mvcc.ErrNoLeader, rpctypes.ErrNoLeader},
 		{mvcc.ErrTimeout, rpctypes.ErrTimeout},
 		{mvcc.ErrHistoryLost, rpctypes.ErrCorrupt},
-		{ErrMemberNotFound, rpctypes.ErrMemberNotFound},
-		{ErrMemberExists, rpctypes.ErrMemberExist},
-		{ErrPeerURLExists, rpctypes.ErrPeerURLExist},
-		{ErrMemberNotLearner, rpctypes.ErrMemberNotLearner},
-		{ErrTooManyLearners, rpctypes.ErrTooManyLearners},
-		{ErrLearnerNotReady, rpctypes.ErrGRPCLearnerNotReady}, // clientv3 has no typed error for it
-		{ErrMemberNotEnoughStarted, rpctypes.ErrMemberNotEnoughStarted},
-		{ErrUnhealthy, rpctypes.ErrUnhealthy},
-		{ErrNotLeader, rpctypes.ErrNotLeader},
-		{ErrBadLeaderTransferee, rpctypes.ErrBadLeaderTransferee},
-		{ErrLeaderTransferTimeout, errLeaderTransferTimeout},
+		{membership.ErrMemberNotFound, rpctypes.ErrMemberNotFound},
+		{membership.ErrMemberExists, rpctypes.ErrMemberExist},
+		{membership.ErrPeerURLExists, rpctypes.ErrPeerURLExist},
+		{membership.ErrMemberNotLearner, rpctypes.ErrMemberNotLearner},
+		{membership.ErrTooManyLearners, rpctypes.ErrTooManyLearners},
+		{membership.ErrLearnerNotReady, rpctypes.ErrGRPCLearnerNotReady}, // clientv3 has no typed error for it
+		{membership.ErrMemberNotEnoughStarted, rpctypes.ErrMemberNotEnoughStarted},
+		{membership.ErrUnhealthy, rpctypes.ErrUnhealthy},
+		{membership.ErrNotLeader, rpctypes.ErrNotLeader},
+		{membership.ErrBadLeaderTransferee, rpctypes.ErrBadLeaderTransferee},
+		{membership.ErrLeaderTransferTimeout, errLeaderTransferTimeout},
 		{auth.ErrRootUserNotExist, rpctypes.ErrRootUserNotExist},
 		{auth.ErrRootRoleNotExist, rpctypes.ErrRootRoleNotExist},
 		{auth.ErrUserAlreadyExist, rpctypes.ErrUserAlreadyExist},

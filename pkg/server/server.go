@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/kite-db/kite/pkg/membership"
 	"github.com/kite-db/kite/pkg/mvcc"
 )
 
@@ -183,7 +184,7 @@ func (s *Server) memberID() uint64 {
 	if c, ok := s.backend.(Clustered); ok {
 		return c.ID()
 	}
-	return memberID(s.cfg.Name, s.cfg.AdvertiseClientURLs)
+	return membership.MemberID(s.cfg.AdvertiseClientURLs, s.cfg.Name)
 }
 
 // buildServers wires the gRPC services and the HTTP handler.
@@ -191,7 +192,7 @@ func (s *Server) buildServers() {
 	cfg := s.cfg
 	mid := s.memberID()
 	hdr := &header{
-		clusterID: clusterID(mid),
+		clusterID: membership.ClusterID(mid),
 		memberID:  mid,
 		rev:       func() int64 { rev, _ := s.store.Revisions(); return rev },
 	}

@@ -17,6 +17,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/kite-db/kite/pkg/membership"
 )
 
 func newClient(t *testing.T, endpoint string) *clientv3.Client {
@@ -42,9 +44,9 @@ func testContext(t *testing.T) context.Context {
 // checkHeader asserts the cluster fields every response must carry.
 func checkHeader(t *testing.T, what string, h *pb.ResponseHeader, srv *Server) {
 	t.Helper()
-	mid := memberID(srv.cfg.Name, srv.cfg.AdvertiseClientURLs)
-	if h == nil || h.MemberId != mid || h.ClusterId != clusterID(mid) || h.RaftTerm != raftTerm {
-		t.Errorf("%s: header %v, want member %x cluster %x term %d", what, h, mid, clusterID(mid), raftTerm)
+	mid := membership.MemberID(srv.cfg.AdvertiseClientURLs, srv.cfg.Name)
+	if h == nil || h.MemberId != mid || h.ClusterId != membership.ClusterID(mid) || h.RaftTerm != raftTerm {
+		t.Errorf("%s: header %v, want member %x cluster %x term %d", what, h, mid, membership.ClusterID(mid), raftTerm)
 	}
 }
 

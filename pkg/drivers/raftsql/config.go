@@ -13,8 +13,6 @@ package raftsql
 import (
 	"cmp"
 	"context"
-	"crypto/sha1"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,6 +25,7 @@ import (
 	"go.etcd.io/etcd/server/v3/storage/wal"
 
 	"github.com/kite-db/kite/pkg/drivers/sqlite"
+	"github.com/kite-db/kite/pkg/membership"
 )
 
 // Config is a member's bootstrap, in etcd's terms and with etcd's flag
@@ -161,28 +160,6 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// memberID is etcd's: the first 8 bytes of sha1(sorted peer URLs, then the
-// cluster token), big-endian, so two clusters bootstrapped with different
-// tokens never mistake each other's members.
-func memberID(peerURLs []string, token string) uint64 {
-	urls := slices.Clone(peerURLs)
-	slices.Sort(urls)
-	sum := sha1.Sum([]byte(strings.Join(urls, "") + token))
-	return binary.BigEndian.Uint64(sum[:8])
-}
-
-// clusterID is etcd's: sha1 of the sorted member IDs.
-func clusterID(ids []uint64) uint64 {
-	ids = slices.Clone(ids)
-	slices.Sort(ids)
-	b := make([]byte, 8*len(ids))
-	for i, id := range ids {
-		binary.BigEndian.PutUint64(b[8*i:], id)
-	}
-	sum := sha1.Sum(b)
-	return binary.BigEndian.Uint64(sum[:8])
-}
-
 // member is one member of the cluster as this node knows it.
 type member struct {
 	ID         uint64   `json:"id"`
@@ -196,7 +173,7 @@ type member struct {
 func (c *Config) initialMembers() []member {
 	var ms []member
 	for name, urls := range c.InitialCluster {
-		ms = append(ms, member{ID: memberID(urls, c.Token), Name: name, PeerURLs: slices.Clone(urls)})
+		ms = append(ms, member{ID: membership.MemberID(urls, c.Token), Name: name, PeerURLs: slices.Clone(urls)})
 	}
 	slices.SortFunc(ms, func(a, b member) int { return cmp.Compare(a.ID, b.ID) })
 	return ms

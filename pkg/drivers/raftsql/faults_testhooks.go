@@ -42,7 +42,7 @@ func (n *Node) handleFaults(mux *http.ServeMux) {
 				http.Error(w, "POST only", http.StatusMethodNotAllowed)
 				return
 			}
-			for _, m := range n.memberList() {
+			for _, m := range n.cluster.list() {
 				if m.ID != n.id {
 					f(types.ID(m.ID))
 				}

@@ -31,7 +31,7 @@ type remoteCluster struct {
 func (n *Node) handleMembership(mux *http.ServeMux) {
 	mux.HandleFunc(pathMembers, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(remoteCluster{ClusterID: n.clusterID, Members: n.memberList()})
+		_ = json.NewEncoder(w).Encode(remoteCluster{ClusterID: n.clusterID, Members: n.cluster.list()})
 	})
 	mux.HandleFunc(pathPromote, func(w http.ResponseWriter, r *http.Request) {
 		req := &pb.MemberPromoteRequest{}
@@ -39,7 +39,7 @@ func (n *Node) handleMembership(mux *http.ServeMux) {
 			return
 		}
 		ms, err := n.PromoteMember(r.Context(), req.ID)
-		n.writePeerResponse(w, &pb.MemberPromoteResponse{Members: ms}, err)
+		writePeerResponse(w, &pb.MemberPromoteResponse{Members: ms}, err)
 	})
 }
 
@@ -69,7 +69,7 @@ func (n *Node) joinCluster(ctx context.Context) (walMetadata, error) {
 			continue
 		}
 		for _, u := range urls {
-			if last = n.getMembers(ctx, u, &rc); last == nil {
+			if last = n.peers.getMembers(ctx, u, &rc); last == nil {
 				found = true
 				break
 			}
@@ -114,14 +114,14 @@ func (n *Node) joinCluster(ctx context.Context) (walMetadata, error) {
 	return walMetadata{Name: cfg.Name, MemberID: self.ID, ClusterID: rc.ClusterID, Token: cfg.Token, Members: rc.Members, Joined: true}, nil
 }
 
-func (n *Node) getMembers(ctx context.Context, peerURL string, rc *remoteCluster) error {
+func (p *peerAPI) getMembers(ctx context.Context, peerURL string, rc *remoteCluster) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, peerURL+pathMembers, nil)
 	if err != nil {
 		return err
 	}
-	hr, err := n.peerClient.Do(req)
+	hr, err := p.client.Do(req)
 	if err != nil {
 		return err
 	}

@@ -2,23 +2,16 @@ package raftsql
 
 import (
 	"cmp"
-	"context"
-	"crypto/sha1"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
-	"time"
+	"sync"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/membershippb"
-	"go.etcd.io/etcd/client/pkg/v3/types"
-	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
-	"github.com/kite-db/kite/pkg/mvcc"
-	"github.com/kite-db/kite/pkg/server"
+	"github.com/kite-db/kite/pkg/membership"
 )
 
 // Membership. The raft log is the only source of the cluster's members, as
@@ -26,10 +19,41 @@ import (
 // configuration change entry, and names and client URLs arrive in a
 // "publish" entry the member proposes when it starts. Every member applies
 // the same entries in the same order and so agrees on the members; a
-// snapshot carries them (clusterState) for the entries it replaces.
+// snapshot carries them (clusterState) for the entries it replaces. This
+// file is the members as applied (memberSet); reconfig.go proposes the
+// changes and applies them to raft and the transport.
 
-// clusterState is the membership as of an applied index. Removed IDs are
-// kept so a removed member is refused if it comes back.
+// memberSet is the cluster's membership as of the applied index. It is
+// its own type, with its own lock, because every part of the member reads
+// it (the raft loop, the peer API, the corruption check, the gRPC layer
+// through Members) while only the apply of an entry changes it.
+type memberSet struct {
+	// id is this member's ID; Open sets it once it is known, before any
+	// goroutine reads it.
+	id uint64
+	// configured is this member as its flags describe it (name and peer
+	// URLs), for before the log has told.
+	configured member
+
+	mu sync.RWMutex
+	// members are the members in ID order and removed the IDs removed
+	// from the cluster, kept so a removed member is refused if it comes
+	// back; bootstrap the members this member was started or joined with.
+	members   []member
+	removed   map[uint64]bool
+	bootstrap []member
+}
+
+func newMemberSet(cfg Config) *memberSet {
+	urls := cfg.AdvertisePeer
+	if len(urls) == 0 {
+		urls = cfg.InitialCluster[cfg.Name]
+	}
+	return &memberSet{configured: member{Name: cfg.Name, PeerURLs: slices.Clone(urls)}, removed: map[uint64]bool{}}
+}
+
+// clusterState is the membership as of an applied index, as a snapshot
+// records it.
 type clusterState struct {
 	Members []member `json:"members"`
 	Removed []uint64 `json:"removed,omitempty"`
@@ -46,29 +70,30 @@ type confChangeContext struct {
 // maxLearners is etcd's default --max-learners.
 const maxLearners = 1
 
-// healthInterval is etcd's: a peer counts as connected for the quorum
-// checks of a membership change only after this long.
-const healthInterval = 5 * time.Second
-
-// learnerReadyPercent is etcd's: a learner is promoted only once its log
-// matches at least this share of the leader's.
-const learnerReadyPercent = 0.9
-
-// errRemoved stops a member that the cluster removed (etcd's words).
-var errRemoved = fmt.Errorf("the member has been permanently removed from the cluster")
-
-// memberList returns the members in ID order. A member that joined and
-// has not yet applied the log that defines them reports the members it
-// was told of when it joined.
-func (n *Node) memberList() []member {
-	n.memberMu.RLock()
-	defer n.memberMu.RUnlock()
-	ms := n.members
+// list returns the members in ID order. A member that joined and has not
+// yet applied the log that defines them reports the members it was told
+// of when it joined.
+func (s *memberSet) list() []member {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	ms := s.members
 	if len(ms) == 0 {
-		ms = n.bootstrap
+		ms = s.bootstrap
 	}
 	out := make([]member, len(ms))
 	for i, m := range ms {
+		out[i] = m.clone()
+	}
+	return out
+}
+
+// bootstrapped returns the members this member was started or joined
+// with.
+func (s *memberSet) bootstrapped() []member {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]member, len(s.bootstrap))
+	for i, m := range s.bootstrap {
 		out[i] = m.clone()
 	}
 	return out
@@ -80,8 +105,12 @@ func (m member) clone() member {
 	return m
 }
 
-func (n *Node) memberByID(id uint64) (member, bool) {
-	for _, m := range n.memberList() {
+func (m member) proto() *pb.Member {
+	return &pb.Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner}
+}
+
+func (s *memberSet) byID(id uint64) (member, bool) {
+	for _, m := range s.list() {
 		if m.ID == id {
 			return m, true
 		}
@@ -91,59 +120,51 @@ func (n *Node) memberByID(id uint64) (member, bool) {
 
 // self is this member as the cluster knows it, or as it was configured
 // before the log told.
-func (n *Node) self() member {
-	if m, ok := n.memberByID(n.id); ok {
+func (s *memberSet) self() member {
+	if m, ok := s.byID(s.id); ok {
 		return m
 	}
-	urls := n.cfg.AdvertisePeer
-	if len(urls) == 0 {
-		urls = n.cfg.InitialCluster[n.cfg.Name]
+	m := s.configured.clone()
+	m.ID = s.id
+	return m
+}
+
+// voters are the members that are not learners.
+func (s *memberSet) voters() []member {
+	var vs []member
+	for _, m := range s.list() {
+		if !m.IsLearner {
+			vs = append(vs, m)
+		}
 	}
-	return member{ID: n.id, Name: n.cfg.Name, PeerURLs: slices.Clone(urls)}
+	return vs
 }
 
-// IsIDRemoved implements rafthttp.Raft: the transport refuses a removed
-// member's messages, which tells it that it was removed.
-func (n *Node) IsIDRemoved(id uint64) bool {
-	n.memberMu.RLock()
-	defer n.memberMu.RUnlock()
-	return n.removed[id]
+func (s *memberSet) isRemoved(id uint64) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.removed[id]
 }
 
-// IsLearner reports whether this member is a learner.
-func (n *Node) IsLearner() bool {
-	n.memberMu.RLock()
-	defer n.memberMu.RUnlock()
-	for _, m := range n.members {
-		if m.ID == n.id {
+// isLearner reports whether this member is a learner, as the applied log
+// says (not the bootstrap).
+func (s *memberSet) isLearner() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, m := range s.members {
+		if m.ID == s.id {
 			return m.IsLearner
 		}
 	}
 	return false
 }
 
-// Members returns the cluster's members in ID order, as MemberList
-// reports them. A member added but not started has no name and no client
-// URLs, as in etcd.
-func (n *Node) Members() []*pb.Member {
-	ms := n.memberList()
-	out := make([]*pb.Member, len(ms))
-	for i, m := range ms {
-		out[i] = m.proto()
-	}
-	return out
-}
-
-func (m member) proto() *pb.Member {
-	return &pb.Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner}
-}
-
 // stateJSON is the membership a snapshot records.
-func (n *Node) stateJSON() []byte {
-	n.memberMu.RLock()
-	defer n.memberMu.RUnlock()
-	st := clusterState{Members: n.members}
-	for id := range n.removed {
+func (s *memberSet) stateJSON() []byte {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	st := clusterState{Members: s.members}
+	for id := range s.removed {
 		st.Removed = append(st.Removed, id)
 	}
 	slices.Sort(st.Removed)
@@ -151,8 +172,8 @@ func (n *Node) stateJSON() []byte {
 	return b
 }
 
-// loadState replaces the membership with a snapshot's.
-func (n *Node) loadState(data []byte) error {
+// load replaces the membership with a snapshot's.
+func (s *memberSet) load(data []byte) error {
 	var st clusterState
 	if len(data) > 0 && data[0] == '[' {
 		// Written before membership changes: the members alone.
@@ -165,52 +186,34 @@ func (n *Node) loadState(data []byte) error {
 			return fmt.Errorf("decode the snapshot's members: %w", err)
 		}
 	}
-	n.memberMu.Lock()
-	defer n.memberMu.Unlock()
-	n.members = st.Members
-	n.removed = map[uint64]bool{}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.members = st.Members
+	s.removed = map[uint64]bool{}
 	for _, id := range st.Removed {
-		n.removed[id] = true
+		s.removed[id] = true
 	}
 	return nil
 }
 
-// applyConfChange applies one committed configuration change: validated
-// against the members as of this entry, so every member takes the same
-// decision; a refused change still reaches raft, as a no-op, so raft
-// accepts the next one. The proposer learns the outcome.
-func (n *Node) applyConfChange(cc *raftpb.ConfChange) {
-	var ctx confChangeContext
-	err := n.validateConfChange(cc, &ctx)
-	if err != nil {
-		n.log.Warn("configuration change refused", "type", cc.GetType().String(),
-			"member", fmt.Sprintf("%x", cc.GetNodeId()), "err", err)
-		cc.NodeId = new(uint64(raft.None))
-	}
-	n.confState = n.node.ApplyConfChange(cc)
-	if err == nil {
-		n.changeMembers(cc, ctx)
-	}
-	if id := cc.GetId(); id != 0 {
-		n.waits.trigger(id, mvcc.Outcome{Err: err})
-	}
-}
-
-func (n *Node) validateConfChange(cc *raftpb.ConfChange, ctx *confChangeContext) error {
+// validate checks a committed configuration change against the members as
+// of its entry (etcd's rules), so every member takes the same decision,
+// and decodes the member it carries into ctx.
+func (s *memberSet) validate(cc *raftpb.ConfChange, ctx *confChangeContext) error {
 	id := cc.GetNodeId()
-	if n.IsIDRemoved(id) {
-		return server.ErrMemberNotFound
+	if s.isRemoved(id) {
+		return membership.ErrMemberNotFound
 	}
 	if len(cc.Context) > 0 {
 		if err := json.Unmarshal(cc.Context, ctx); err != nil {
 			return fmt.Errorf("decode configuration change: %w", err)
 		}
 	}
-	n.memberMu.RLock()
-	defer n.memberMu.RUnlock()
-	i := slices.IndexFunc(n.members, func(m member) bool { return m.ID == id })
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	i := slices.IndexFunc(s.members, func(m member) bool { return m.ID == id })
 	urlTaken := func() bool {
-		for _, m := range n.members {
+		for _, m := range s.members {
 			if m.ID != id && slices.ContainsFunc(m.PeerURLs, func(u string) bool { return slices.Contains(ctx.PeerURLs, u) }) {
 				return true
 			}
@@ -221,324 +224,97 @@ func (n *Node) validateConfChange(cc *raftpb.ConfChange, ctx *confChangeContext)
 	case raftpb.ConfChangeType_ConfChangeAddNode, raftpb.ConfChangeType_ConfChangeAddLearnerNode:
 		if ctx.Promote {
 			if i < 0 {
-				return server.ErrMemberNotFound
+				return membership.ErrMemberNotFound
 			}
-			if !n.members[i].IsLearner {
-				return server.ErrMemberNotLearner
+			if !s.members[i].IsLearner {
+				return membership.ErrMemberNotLearner
 			}
 			return nil
 		}
 		if i >= 0 {
-			return server.ErrMemberExists
+			return membership.ErrMemberExists
 		}
 		if urlTaken() {
-			return server.ErrPeerURLExists
+			return membership.ErrPeerURLExists
 		}
 		if cc.GetType() == raftpb.ConfChangeType_ConfChangeAddLearnerNode {
 			learners := 0
-			for _, m := range n.members {
+			for _, m := range s.members {
 				if m.IsLearner {
 					learners++
 				}
 			}
 			if learners >= maxLearners {
-				return server.ErrTooManyLearners
+				return membership.ErrTooManyLearners
 			}
 		}
 	case raftpb.ConfChangeType_ConfChangeRemoveNode:
 		if i < 0 {
-			return server.ErrMemberNotFound
+			return membership.ErrMemberNotFound
 		}
 	case raftpb.ConfChangeType_ConfChangeUpdateNode:
 		if i < 0 {
-			return server.ErrMemberNotFound
+			return membership.ErrMemberNotFound
 		}
 		if urlTaken() {
-			return server.ErrPeerURLExists
+			return membership.ErrPeerURLExists
 		}
 	}
 	return nil
 }
 
-// changeMembers applies a validated change to the members and the peer
-// transport. A member that applies its own removal stops.
-func (n *Node) changeMembers(cc *raftpb.ConfChange, ctx confChangeContext) {
+// change applies a validated configuration change to the members.
+func (s *memberSet) change(cc *raftpb.ConfChange, ctx confChangeContext) {
 	id := cc.GetNodeId()
-	n.memberMu.Lock()
-	i := slices.IndexFunc(n.members, func(m member) bool { return m.ID == id })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := slices.IndexFunc(s.members, func(m member) bool { return m.ID == id })
 	switch cc.GetType() {
 	case raftpb.ConfChangeType_ConfChangeAddNode, raftpb.ConfChangeType_ConfChangeAddLearnerNode:
 		if ctx.Promote {
-			n.members[i].IsLearner = false
+			s.members[i].IsLearner = false
 			break
 		}
 		m := ctx.member.clone()
 		m.ID, m.IsLearner = id, cc.GetType() == raftpb.ConfChangeType_ConfChangeAddLearnerNode
-		n.members = append(n.members, m)
-		slices.SortFunc(n.members, func(a, b member) int { return cmp.Compare(a.ID, b.ID) })
+		s.members = append(s.members, m)
+		slices.SortFunc(s.members, func(a, b member) int { return cmp.Compare(a.ID, b.ID) })
 	case raftpb.ConfChangeType_ConfChangeRemoveNode:
-		n.members = slices.Delete(n.members, i, i+1)
-		n.removed[id] = true
+		s.members = slices.Delete(s.members, i, i+1)
+		s.removed[id] = true
 	case raftpb.ConfChangeType_ConfChangeUpdateNode:
-		n.members[i].PeerURLs = slices.Clone(ctx.PeerURLs)
-	}
-	n.memberMu.Unlock()
-
-	n.log.Info("membership changed", "change", cc.GetType().String(), "member", fmt.Sprintf("%x", id),
-		"peer_urls", ctx.PeerURLs, "promote", ctx.Promote)
-	if id == n.id {
-		if cc.GetType() == raftpb.ConfChangeType_ConfChangeRemoveNode {
-			// As etcd: wait a moment so the leader can tell the others the
-			// change is committed, then stop.
-			n.wg.Go(func() {
-				select {
-				case <-time.After(10 * n.cfg.Heartbeat):
-					n.fail(errRemoved)
-				case <-n.ctx.Done():
-				}
-			})
-		}
-		return
-	}
-	switch cc.GetType() {
-	case raftpb.ConfChangeType_ConfChangeAddNode, raftpb.ConfChangeType_ConfChangeAddLearnerNode:
-		if !ctx.Promote {
-			n.transport.AddPeer(types.ID(id), ctx.PeerURLs)
-		}
-	case raftpb.ConfChangeType_ConfChangeRemoveNode:
-		n.transport.RemovePeer(types.ID(id))
-	case raftpb.ConfChangeType_ConfChangeUpdateNode:
-		n.transport.UpdatePeer(types.ID(id), ctx.PeerURLs)
+		s.members[i].PeerURLs = slices.Clone(ctx.PeerURLs)
 	}
 }
 
-// applyAttributes applies a member's published name and client URLs.
-func (n *Node) applyAttributes(r *membershippb.ClusterMemberAttrSetRequest) {
-	n.memberMu.Lock()
-	defer n.memberMu.Unlock()
-	for i, m := range n.members {
+// setAttributes applies a member's published name and client URLs.
+func (s *memberSet) setAttributes(r *membershippb.ClusterMemberAttrSetRequest) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, m := range s.members {
 		if m.ID == r.GetMember_ID() {
-			n.members[i].Name = r.GetMemberAttributes().GetName()
-			n.members[i].ClientURLs = slices.Clone(r.GetMemberAttributes().GetClientUrls())
+			s.members[i].Name = r.GetMemberAttributes().GetName()
+			s.members[i].ClientURLs = slices.Clone(r.GetMemberAttributes().GetClientUrls())
 			return
 		}
 	}
 }
 
-// publish proposes this member's name and client URLs, as etcd publishes
-// its attributes when it starts, until the cluster has applied them.
-func (n *Node) publish() {
-	req := &pb.InternalRaftRequest{ClusterMemberAttrSet: &membershippb.ClusterMemberAttrSetRequest{
-		Member_ID: n.id,
-		MemberAttributes: &membershippb.Attributes{
-			Name: n.cfg.Name, ClientUrls: n.cfg.AdvertiseClient,
-		},
-	}}
-	for {
-		_, err := n.Propose(n.ctx, req)
-		if err == nil {
-			n.log.Info("published member attributes", "name", n.cfg.Name, "client_urls", n.cfg.AdvertiseClient)
-			return
-		}
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-time.After(n.cfg.Election):
-		}
-	}
-}
+// IsIDRemoved implements rafthttp.Raft: the transport refuses a removed
+// member's messages, which tells it that it was removed.
+func (n *Node) IsIDRemoved(id uint64) bool { return n.cluster.isRemoved(id) }
 
-// AddMember adds a member with peerURLs, a voter or a learner, as etcd's
-// MemberAdd: the new member then starts with --initial-cluster-state
-// existing. It returns the new member and the members after the change.
-func (n *Node) AddMember(ctx context.Context, peerURLs []string, learner bool) (*pb.Member, []*pb.Member, error) {
-	m := member{ID: newMemberID(peerURLs, time.Now()), PeerURLs: slices.Clone(peerURLs), IsLearner: learner}
-	if !learner {
-		if err := n.mayAddVoter(); err != nil {
-			return nil, nil, err
-		}
-	}
-	b, _ := json.Marshal(confChangeContext{member: m})
-	typ := raftpb.ConfChangeType_ConfChangeAddNode
-	if learner {
-		typ = raftpb.ConfChangeType_ConfChangeAddLearnerNode
-	}
-	if err := n.configure(ctx, &raftpb.ConfChange{Type: typ.Enum(), NodeId: new(m.ID), Context: b}); err != nil {
-		return nil, nil, err
-	}
-	return m.proto(), n.Members(), nil
-}
+// IsLearner reports whether this member is a learner.
+func (n *Node) IsLearner() bool { return n.cluster.isLearner() }
 
-// RemoveMember removes member id, as etcd's MemberRemove; the removed
-// member stops once it learns of it.
-func (n *Node) RemoveMember(ctx context.Context, id uint64) ([]*pb.Member, error) {
-	if err := n.mayRemove(id); err != nil {
-		return nil, err
+// Members returns the cluster's members in ID order, as MemberList
+// reports them. A member added but not started has no name and no client
+// URLs, as in etcd.
+func (n *Node) Members() []*pb.Member {
+	ms := n.cluster.list()
+	out := make([]*pb.Member, len(ms))
+	for i, m := range ms {
+		out[i] = m.proto()
 	}
-	cc := &raftpb.ConfChange{Type: raftpb.ConfChangeType_ConfChangeRemoveNode.Enum(), NodeId: new(id)}
-	if err := n.configure(ctx, cc); err != nil {
-		return nil, err
-	}
-	return n.Members(), nil
-}
-
-// UpdateMember changes member id's peer URLs, as etcd's MemberUpdate.
-func (n *Node) UpdateMember(ctx context.Context, id uint64, peerURLs []string) ([]*pb.Member, error) {
-	b, _ := json.Marshal(confChangeContext{member: member{ID: id, PeerURLs: slices.Clone(peerURLs)}})
-	cc := &raftpb.ConfChange{Type: raftpb.ConfChangeType_ConfChangeUpdateNode.Enum(), NodeId: new(id), Context: b}
-	if err := n.configure(ctx, cc); err != nil {
-		return nil, err
-	}
-	return n.Members(), nil
-}
-
-// PromoteMember makes learner id a voter, as etcd's MemberPromote: only
-// the leader knows how far the learner's log is, so a follower forwards
-// the request to it.
-func (n *Node) PromoteMember(ctx context.Context, id uint64) ([]*pb.Member, error) {
-	if n.lead.Load() != n.id {
-		return n.promoteAtLeader(ctx, id)
-	}
-	if err := n.mayPromote(id); err != nil {
-		return nil, err
-	}
-	m, _ := n.memberByID(id)
-	b, _ := json.Marshal(confChangeContext{member: m, Promote: true})
-	cc := &raftpb.ConfChange{Type: raftpb.ConfChangeType_ConfChangeAddNode.Enum(), NodeId: new(id), Context: b}
-	if err := n.configure(ctx, cc); err != nil {
-		return nil, err
-	}
-	return n.Members(), nil
-}
-
-// configure proposes a configuration change and waits until this member
-// applied it, returning the change's outcome.
-func (n *Node) configure(ctx context.Context, cc *raftpb.ConfChange) error {
-	id := n.ids.next()
-	cc.Id = new(id)
-	ch := n.waits.register(id)
-	defer n.waits.cancel(id)
-	cctx, cancel := context.WithTimeout(ctx, n.requestTimeout())
-	defer cancel()
-	if err := n.node.ProposeConfChange(cctx, cc); err != nil {
-		return n.proposalError(ctx, err)
-	}
-	select {
-	case o := <-ch:
-		return o.Err
-	case <-cctx.Done():
-		return n.proposalError(ctx, cctx.Err())
-	case <-n.ctx.Done():
-		return mvcc.ErrStopped
-	}
-}
-
-// newMemberID is etcd's ID for an added member: sha1 of its sorted peer
-// URLs and the time, so adding the same URLs again gives another ID.
-func newMemberID(peerURLs []string, now time.Time) uint64 {
-	urls := slices.Clone(peerURLs)
-	slices.Sort(urls)
-	sum := sha1.Sum([]byte(strings.Join(urls, "") + fmt.Sprintf("%d", now.Unix())))
-	return binary.BigEndian.Uint64(sum[:8])
-}
-
-// The checks etcd makes before a change (its --strict-reconfig-check,
-// on by default): never a change that leaves fewer started or connected
-// voters than a quorum.
-
-func (n *Node) voters() []member {
-	var vs []member
-	for _, m := range n.memberList() {
-		if !m.IsLearner {
-			vs = append(vs, m)
-		}
-	}
-	return vs
-}
-
-// connected counts the voters this member has heard from for longer than
-// healthInterval, itself included.
-func (n *Node) connected(vs []member) int {
-	since := time.Now().Add(-healthInterval)
-	c := 0
-	for _, m := range vs {
-		if m.ID == n.id {
-			c++
-			continue
-		}
-		if t := n.transport.ActiveSince(types.ID(m.ID)); !t.IsZero() && t.Before(since) {
-			c++
-		}
-	}
-	return c
-}
-
-func started(vs []member) int {
-	c := 0
-	for _, m := range vs {
-		if m.Name != "" {
-			c++
-		}
-	}
-	return c
-}
-
-func (n *Node) mayAddVoter() error {
-	vs := n.voters()
-	if s := started(vs); !(s == 1 && len(vs) == 1) && s < (len(vs)+1)/2+1 {
-		return server.ErrMemberNotEnoughStarted
-	}
-	if len(vs) > 1 && n.connected(vs) < (len(vs)+1)/2+1 {
-		return server.ErrUnhealthy
-	}
-	return nil
-}
-
-func (n *Node) mayRemove(id uint64) error {
-	m, ok := n.memberByID(id)
-	if !ok {
-		return server.ErrMemberNotFound
-	}
-	if m.IsLearner {
-		return nil
-	}
-	vs := slices.DeleteFunc(n.voters(), func(v member) bool { return v.ID == id })
-	if started(vs) < len(vs)/2+1 {
-		return server.ErrMemberNotEnoughStarted
-	}
-	// A member that is down is not part of the active quorum.
-	if id != n.id && n.transport.ActiveSince(types.ID(id)).IsZero() {
-		return nil
-	}
-	all := n.voters()
-	if n.connected(all)-1 < 1+(len(all)-1)/2 {
-		return server.ErrUnhealthy
-	}
-	return nil
-}
-
-func (n *Node) mayPromote(id uint64) error {
-	m, ok := n.memberByID(id)
-	if !ok {
-		return server.ErrMemberNotFound
-	}
-	if !m.IsLearner {
-		return server.ErrMemberNotLearner
-	}
-	st := n.node.Status()
-	if st.Progress == nil {
-		return server.ErrNotLeader
-	}
-	pr, ok := st.Progress[id]
-	if !ok {
-		return server.ErrMemberNotFound
-	}
-	if lead := st.Progress[st.ID].Match; float64(pr.Match) < float64(lead)*learnerReadyPercent {
-		return server.ErrLearnerNotReady
-	}
-	vs := n.voters()
-	if started(vs)+1 < (len(vs)+1)/2+1 {
-		return server.ErrMemberNotEnoughStarted
-	}
-	return nil
+	return out
 }

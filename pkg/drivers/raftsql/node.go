@@ -6,12 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/types"
@@ -26,65 +23,37 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kite-db/kite/pkg/drivers/sqlite"
+	"github.com/kite-db/kite/pkg/membership"
 	"github.com/kite-db/kite/pkg/mvcc"
-	"github.com/kite-db/kite/pkg/server"
 )
 
-// Node is one member of a raftsql cluster.
+// Node is one member of a raftsql cluster: the Store's mvcc.Backend (the
+// local database) and its mvcc.Replicator (the raft log). It composes the
+// member's parts, each its own type: the raft loop's state (raftLoop,
+// raftloop.go; the loops themselves in ready.go), the members as applied
+// (memberSet, membership.go), the peer URLs' server and client (peerAPI,
+// peer.go) and the corruption check (corruptChecker, corrupt.go). What
+// stays here is what they all share: the configuration, the member's
+// identity, the database, the proposals' waits and the member's lifetime.
 type Node struct {
 	cfg  Config
 	log  *slog.Logger
 	zlog *zap.Logger
 
 	id, clusterID uint64
-	// members are the cluster's members as of the applied index, in ID
-	// order, and removed the IDs removed from it (membership.go);
-	// bootstrap the members this member was started or joined with.
-	memberMu  sync.RWMutex
-	members   []member
-	removed   map[uint64]bool
-	bootstrap []member
 
-	db          *localDB
-	wal         *wal.WAL
-	snapshotter *snap.Snapshotter
-	storage     *raft.MemoryStorage
-	raftCfg     *raft.Config
-	restart     bool // raft state came from the WAL
-	joined      bool // a new member of a running cluster: raft starts empty
-	node        raft.Node
-	transport   *rafthttp.Transport
-	peerLns     []net.Listener
-	peerSrv     *http.Server
-	peerClient  *http.Client
+	raftLoop
+	cluster *memberSet
+	peers   peerAPI
+	// corrupt is built by Start, which has the Store it checks.
+	corrupt *corruptChecker
 
+	db      *localDB
 	applier mvcc.Applier
 
-	// Written by the apply loop, or by the Ready loop while the apply loop
-	// is idle (a received snapshot).
-	confState *raftpb.ConfState
-	snapIndex uint64
-	// lastApplied is the applied state a snapshot sent to a follower
-	// describes (snapshot.go).
-	lastApplied atomic.Pointer[appliedState]
-
-	// applied is the index of the last entry applied to the database;
-	// appliedc is closed and replaced each time it moves.
-	applied   atomic.Uint64
-	appliedMu sync.Mutex
-	appliedc  chan struct{}
-
-	lead, term, committed atomic.Uint64
-	metrics               nodeMetrics // ready.go
-
-	// applyc carries committed entries from the Ready loop to the apply
-	// loop (ready.go).
-	applyc chan applyJob
-
-	ids     *idGenerator
-	waits   *waitList
-	reads   *readBarrier
-	primary chan bool
+	ids   *idGenerator
+	waits *waitList
+	reads *readBarrier
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -119,9 +88,9 @@ type walMetadata struct {
 // nothing.
 func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	cfg.setDefaults()
-	n := &Node{cfg: cfg, log: cfg.Logger.With("component", "raftsql"), appliedc: make(chan struct{}),
-		primary: make(chan bool, 16), errc: make(chan error, 1), applyc: make(chan applyJob, 64),
-		removed: map[uint64]bool{}}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("component", "raftsql"), errc: make(chan error, 1),
+		raftLoop: raftLoop{appliedc: make(chan struct{}), primary: make(chan bool, 16), applyc: make(chan applyJob, 64)},
+		cluster:  newMemberSet(cfg)}
 	n.zlog = newZapLogger(n.log)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	defer func() {
@@ -138,7 +107,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.setupPeerTLS(); err != nil {
 		return nil, err
 	}
-	if n.peerClient, err = n.newPeerClient(); err != nil {
+	if n.peers.client, err = n.newPeerClient(); err != nil {
 		return nil, err
 	}
 	var meta walMetadata
@@ -161,12 +130,12 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 			}
 		} else {
 			meta = walMetadata{Name: cfg.Name, Token: cfg.Token, Members: cfg.initialMembers()}
-			meta.MemberID = memberID(cfg.InitialCluster[cfg.Name], cfg.Token)
+			meta.MemberID = membership.MemberID(cfg.InitialCluster[cfg.Name], cfg.Token)
 			ids := make([]uint64, len(meta.Members))
 			for i, m := range meta.Members {
 				ids[i] = m.ID
 			}
-			meta.ClusterID = clusterID(ids)
+			meta.ClusterID = membership.ClusterID(ids...)
 		}
 		if err := os.MkdirAll(snapDir, 0o700); err != nil {
 			return nil, fmt.Errorf("create snapshot dir: %w", err)
@@ -178,7 +147,8 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 		n.confState = &raftpb.ConfState{}
 	}
-	n.id, n.clusterID, n.bootstrap, n.joined = meta.MemberID, meta.ClusterID, meta.Members, meta.Joined
+	n.id, n.clusterID, n.joined = meta.MemberID, meta.ClusterID, meta.Joined
+	n.cluster.id, n.cluster.bootstrap = meta.MemberID, meta.Members
 	n.ids = newIDGenerator(n.id, time.Now())
 	n.waits = newWaitList()
 	n.reads = newReadBarrier(n)
@@ -216,7 +186,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		if err != nil {
 			return nil, err
 		}
-		n.peerLns = append(n.peerLns, l)
+		n.peers.lns = append(n.peers.lns, l)
 	}
 	return n, nil
 }
@@ -262,7 +232,7 @@ func (n *Node) openWAL(walDir string, cfg Config) (walMetadata, error) {
 		}
 		n.confState = snapshot.GetMetadata().GetConfState()
 		n.snapIndex = snapshot.GetMetadata().GetIndex()
-		if err := n.loadState(snapshot.GetData()); err != nil {
+		if err := n.cluster.load(snapshot.GetData()); err != nil {
 			return meta, err
 		}
 		if n.IsIDRemoved(meta.MemberID) {
@@ -283,11 +253,6 @@ func (n *Node) openWAL(walDir string, cfg Config) (walMetadata, error) {
 	return meta, nil
 }
 
-func (n *Node) lastIndex() uint64 {
-	i, _ := n.storage.LastIndex()
-	return i
-}
-
 // ID returns this member's ID; ClusterID the cluster's.
 func (n *Node) ID() uint64        { return n.id }
 func (n *Node) ClusterID() uint64 { return n.clusterID }
@@ -296,7 +261,7 @@ func (n *Node) ClusterID() uint64 { return n.clusterID }
 // committed entries flow to a.
 func (n *Node) Start(a mvcc.Applier) error {
 	n.applier = a
-	urls, err := peerURLs(n.self().PeerURLs)
+	urls, err := peerURLs(n.cluster.self().PeerURLs)
 	if err != nil {
 		return err
 	}
@@ -306,8 +271,9 @@ func (n *Node) Start(a mvcc.Applier) error {
 		n.node = raft.RestartNode(n.raftCfg)
 	} else {
 		// A new cluster's first entries add its members, names included.
-		peers := make([]raft.Peer, len(n.bootstrap))
-		for i, m := range n.bootstrap {
+		bootstrap := n.cluster.bootstrapped()
+		peers := make([]raft.Peer, len(bootstrap))
+		for i, m := range bootstrap {
 			ctx, _ := json.Marshal(confChangeContext{member: m})
 			peers[i] = raft.Peer{ID: m.ID, Context: ctx}
 		}
@@ -330,25 +296,20 @@ func (n *Node) Start(a mvcc.Applier) error {
 	}
 	// The peers known now; the log's configuration changes add and remove
 	// them from here on (membership.go).
-	for _, m := range n.memberList() {
+	for _, m := range n.cluster.list() {
 		if m.ID != n.id {
 			n.transport.AddPeer(types.ID(m.ID), m.PeerURLs)
 		}
 	}
-	n.peerSrv = &http.Server{Handler: n.peerHandler(), ReadHeaderTimeout: 10 * time.Second}
-	for _, l := range n.peerLns {
-		n.wg.Go(func() {
-			if err := n.peerSrv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				n.fail(fmt.Errorf("serve peers on %s: %w", l.Addr(), err))
-			}
-		})
-	}
+	n.corrupt = &corruptChecker{self: n.id, first: 5 * n.cfg.Election, interval: n.cfg.CorruptCheckInterval,
+		timeout: n.requestTimeout(), log: n.log, store: a, cluster: n.cluster, peers: &n.peers, leader: n.lead.Load}
+	n.peers.serve(&n.wg, n.peerHandler(), n.fail)
 	memberDir := filepath.Join(n.cfg.DataDir, "member")
 	n.wg.Go(func() { n.purgeOldFiles(filepath.Join(memberDir, "snap"), filepath.Join(memberDir, "wal")) })
 	n.wg.Go(n.run)
 	n.wg.Go(n.applyLoop)
 	n.wg.Go(n.reads.loop)
-	n.wg.Go(n.corruptLoop)
+	n.wg.Go(func() { n.corrupt.run(n.ctx) })
 	n.wg.Go(n.publish)
 	return nil
 }
@@ -387,11 +348,7 @@ func (n *Node) Close() error {
 	n.closed = true
 	n.closeMu.Unlock()
 	n.cancel()
-	if n.peerSrv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = n.peerSrv.Shutdown(ctx)
-		cancel()
-	}
+	n.peers.shutdown()
 	n.wg.Wait()
 	if n.node != nil {
 		n.node.Stop()
@@ -404,9 +361,7 @@ func (n *Node) Close() error {
 
 func (n *Node) closeResources() error {
 	var errs []error
-	for _, l := range n.peerLns {
-		_ = l.Close()
-	}
+	n.peers.closeListeners()
 	if n.wal != nil {
 		errs = append(errs, n.wal.Close())
 	}
@@ -427,10 +382,10 @@ func (n *Node) RaftStatus() (leader, term, index, applied uint64) {
 // once target leads.
 func (n *Node) MoveLeader(ctx context.Context, target uint64) error {
 	if n.lead.Load() != n.id {
-		return server.ErrNotLeader
+		return membership.ErrNotLeader
 	}
-	if _, ok := n.memberByID(target); !ok {
-		return server.ErrBadLeaderTransferee
+	if _, ok := n.cluster.byID(target); !ok {
+		return membership.ErrBadLeaderTransferee
 	}
 	if target == n.id {
 		return nil
@@ -442,7 +397,7 @@ func (n *Node) MoveLeader(ctx context.Context, target uint64) error {
 	for n.lead.Load() != target {
 		select {
 		case <-ctx.Done():
-			return server.ErrLeaderTransferTimeout
+			return membership.ErrLeaderTransferTimeout
 		case <-time.After(n.cfg.Heartbeat):
 		}
 	}

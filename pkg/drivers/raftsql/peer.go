@@ -6,16 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/raft/v3"
-	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kite-db/kite/pkg/membership"
 	"github.com/kite-db/kite/pkg/mvcc"
-	"github.com/kite-db/kite/pkg/server"
 )
 
 // The peer URLs serve etcd's raft transport and, under /kite/, what a
@@ -28,21 +29,52 @@ const (
 	pathLeaseTTL = "/kite/lease/ttl"
 )
 
-// The rafthttp.Raft side of the Node.
-
-func (n *Node) Process(ctx context.Context, m *raftpb.Message) error {
-	return n.node.Step(ctx, m)
+// peerAPI serves this member's peer URLs and asks the other members': the
+// listeners Open binds (before raft starts, so a port in use fails the
+// start), the HTTP server Start serves them with (raft's transport and
+// /kite/...), and the client of kite's own peer requests. Its own type
+// because its lifetime is not raft's: Close stops the server before raft
+// stops, and the listeners close even when Start never ran.
+type peerAPI struct {
+	lns    []net.Listener
+	srv    *http.Server
+	client *http.Client
 }
-func (n *Node) ReportUnreachable(id uint64) { n.node.ReportUnreachable(id) }
-func (n *Node) ReportSnapshot(id uint64, status raft.SnapshotStatus) {
-	n.node.ReportSnapshot(id, status)
+
+// serve serves h on every listener until shutdown; a listener that fails
+// stops the member through fail.
+func (p *peerAPI) serve(wg *sync.WaitGroup, h http.Handler, fail func(error)) {
+	p.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	for _, l := range p.lns {
+		wg.Go(func() {
+			if err := p.srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				fail(fmt.Errorf("serve peers on %s: %w", l.Addr(), err))
+			}
+		})
+	}
+}
+
+// shutdown stops serving, giving requests in flight a second.
+func (p *peerAPI) shutdown() {
+	if p.srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = p.srv.Shutdown(ctx)
+}
+
+func (p *peerAPI) closeListeners() {
+	for _, l := range p.lns {
+		_ = l.Close()
+	}
 }
 
 func (n *Node) peerHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/", n.transport.Handler())
 	n.handleMembership(mux)
-	mux.HandleFunc(pathHashKV, n.hashKVHandler)
+	mux.HandleFunc(pathHashKV, n.corrupt.serveHashKV)
 	n.handleFaults(mux)
 	mux.HandleFunc(pathRenew, func(w http.ResponseWriter, r *http.Request) {
 		req := &pb.LeaseKeepAliveRequest{}
@@ -50,7 +82,7 @@ func (n *Node) peerHandler() http.Handler {
 			return
 		}
 		ttl, err := n.applier.LeaseRenew(r.Context(), req.ID)
-		n.writePeerResponse(w, &pb.LeaseKeepAliveResponse{ID: req.ID, TTL: ttl}, err)
+		writePeerResponse(w, &pb.LeaseKeepAliveResponse{ID: req.ID, TTL: ttl}, err)
 	})
 	mux.HandleFunc(pathLeaseTTL, func(w http.ResponseWriter, r *http.Request) {
 		req := &pb.LeaseTimeToLiveRequest{}
@@ -58,7 +90,7 @@ func (n *Node) peerHandler() http.Handler {
 			return
 		}
 		resp, err := n.applier.LeaseTimeToLive(r.Context(), req)
-		n.writePeerResponse(w, resp, err)
+		writePeerResponse(w, resp, err)
 	})
 	return mux
 }
@@ -67,14 +99,14 @@ func (n *Node) peerHandler() http.Handler {
 // leader refuses it, so the follower asks the new one.
 func (n *Node) readPeerRequest(w http.ResponseWriter, r *http.Request, m proto.Message) bool {
 	if n.lead.Load() != n.id {
-		writePeerError(w, server.ErrNotLeader)
+		writePeerError(w, membership.ErrNotLeader)
 		return false
 	}
-	return n.readPeerBody(w, r, m)
+	return readPeerBody(w, r, m)
 }
 
 // readPeerBody decodes a request another member sent.
-func (n *Node) readPeerBody(w http.ResponseWriter, r *http.Request, m proto.Message) bool {
+func readPeerBody(w http.ResponseWriter, r *http.Request, m proto.Message) bool {
 	b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	if err == nil {
 		err = proto.Unmarshal(b, m)
@@ -86,7 +118,7 @@ func (n *Node) readPeerBody(w http.ResponseWriter, r *http.Request, m proto.Mess
 	return true
 }
 
-func (n *Node) writePeerResponse(w http.ResponseWriter, m proto.Message, err error) {
+func writePeerResponse(w http.ResponseWriter, m proto.Message, err error) {
 	if err != nil {
 		writePeerError(w, err)
 		return
@@ -130,8 +162,8 @@ func (n *Node) askLeader(ctx context.Context, path string, req, resp proto.Messa
 	var last error = mvcc.ErrNoLeader
 	for {
 		if lead := n.lead.Load(); lead != raft.None && lead != n.id {
-			if m, ok := n.memberByID(lead); ok && len(m.PeerURLs) > 0 {
-				done, err := n.postPeer(ctx, m.PeerURLs[0]+path, body, resp)
+			if m, ok := n.cluster.byID(lead); ok && len(m.PeerURLs) > 0 {
+				done, err := n.peers.post(ctx, m.PeerURLs[0]+path, body, resp)
 				if done {
 					return err
 				}
@@ -151,14 +183,15 @@ func (n *Node) askLeader(ctx context.Context, path string, req, resp proto.Messa
 	}
 }
 
-// postPeer reports done when the leader answered (err is then the answer).
-func (n *Node) postPeer(ctx context.Context, url string, body []byte, resp proto.Message) (done bool, err error) {
+// post sends a request to another member's peer URL and reports done when
+// the member answered (err is then the answer).
+func (p *peerAPI) post(ctx context.Context, url string, body []byte, resp proto.Message) (done bool, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return true, err
 	}
 	req.Header.Set("Content-Type", "application/protobuf")
-	hr, err := n.peerClient.Do(req)
+	hr, err := p.client.Do(req)
 	if err != nil {
 		return false, err
 	}

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/kite-db/kite/pkg/membership"
 	"github.com/kite-db/kite/pkg/mvcc"
-	"github.com/kite-db/kite/pkg/server"
 )
 
 // headerPeerError names, in a member's answer over the peer API, the
@@ -31,12 +31,12 @@ func peerErrors() []peerError {
 		{"timeout", mvcc.ErrTimeout},
 		{"closed", mvcc.ErrClosed},
 		{"unavailable", mvcc.ErrUnavailable},
-		{"not-leader", server.ErrNotLeader},
-		{"member-not-found", server.ErrMemberNotFound},
-		{"member-not-learner", server.ErrMemberNotLearner},
-		{"learner-not-ready", server.ErrLearnerNotReady},
-		{"member-not-enough-started", server.ErrMemberNotEnoughStarted},
-		{"unhealthy", server.ErrUnhealthy},
+		{"not-leader", membership.ErrNotLeader},
+		{"member-not-found", membership.ErrMemberNotFound},
+		{"member-not-learner", membership.ErrMemberNotLearner},
+		{"learner-not-ready", membership.ErrLearnerNotReady},
+		{"member-not-enough-started", membership.ErrMemberNotEnoughStarted},
+		{"unhealthy", membership.ErrUnhealthy},
 	}
 }
 
@@ -67,7 +67,7 @@ func peerErrorOf(name string) error {
 // again (another leader, or the same once it is one): the member asked
 // was not, or no longer, the leader.
 func retryAtLeader(err error) bool {
-	return errors.Is(err, server.ErrNotLeader) || errors.Is(err, mvcc.ErrNoLeader) ||
+	return errors.Is(err, membership.ErrNotLeader) || errors.Is(err, mvcc.ErrNoLeader) ||
 		errors.Is(err, mvcc.ErrStopped) || errors.Is(err, mvcc.ErrClosed)
 }
 

@@ -16,13 +16,13 @@ import (
 // as the same sentinel, however it was wrapped; the asking member retries
 // only when the one asked was not the leader.
 func TestPeerErrorsSurviveTheTrip(t *testing.T) {
-	n := &Node{}
+	p := &peerAPI{}
 	var answer error
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n.writePeerResponse(w, &pb.LeaseKeepAliveResponse{}, answer)
+		writePeerResponse(w, &pb.LeaseKeepAliveResponse{}, answer)
 	}))
 	defer srv.Close()
-	n.peerClient = srv.Client()
+	p.client = srv.Client()
 	names := map[string]bool{}
 	for _, pe := range peerErrors() {
 		if names[pe.name] {
@@ -30,7 +30,7 @@ func TestPeerErrorsSurviveTheTrip(t *testing.T) {
 		}
 		names[pe.name] = true
 		answer = fmt.Errorf("at the leader: %w", pe.err)
-		done, err := n.postPeer(t.Context(), srv.URL, nil, &pb.LeaseKeepAliveResponse{})
+		done, err := p.post(t.Context(), srv.URL, nil, &pb.LeaseKeepAliveResponse{})
 		if !errors.Is(err, pe.err) {
 			t.Errorf("%v came back as %v", answer, err)
 		}
@@ -39,7 +39,7 @@ func TestPeerErrorsSurviveTheTrip(t *testing.T) {
 		}
 	}
 	answer = errors.New("something else")
-	if done, err := n.postPeer(t.Context(), srv.URL, nil, &pb.LeaseKeepAliveResponse{}); done || err == nil {
+	if done, err := p.post(t.Context(), srv.URL, nil, &pb.LeaseKeepAliveResponse{}); done || err == nil {
 		t.Errorf("an unnamed error: done %v, err %v; want a retry", done, err)
 	}
 	// An older leader's unknown lease: 404 without a name.
@@ -47,11 +47,11 @@ func TestPeerErrorsSurviveTheTrip(t *testing.T) {
 		http.Error(w, "lease not found", http.StatusNotFound)
 	}))
 	defer old.Close()
-	if done, err := n.postPeer(t.Context(), old.URL, nil, &pb.LeaseKeepAliveResponse{}); !done || !errors.Is(err, mvcc.ErrLeaseNotFound) {
+	if done, err := p.post(t.Context(), old.URL, nil, &pb.LeaseKeepAliveResponse{}); !done || !errors.Is(err, mvcc.ErrLeaseNotFound) {
 		t.Errorf("an older leader's 404: done %v, err %v; want mvcc.ErrLeaseNotFound", done, err)
 	}
 	answer = nil
-	if done, err := n.postPeer(t.Context(), srv.URL, nil, &pb.LeaseKeepAliveResponse{}); !done || err != nil {
+	if done, err := p.post(t.Context(), srv.URL, nil, &pb.LeaseKeepAliveResponse{}); !done || err != nil {
 		t.Errorf("an answer: done %v, err %v", done, err)
 	}
 }

@@ -6,9 +6,10 @@ import (
 	"testing"
 
 	"go.etcd.io/etcd/client/pkg/v3/types"
-	"go.etcd.io/etcd/server/v3/etcdserver/api/membership"
+	etcdmembership "go.etcd.io/etcd/server/v3/etcdserver/api/membership"
 	"go.uber.org/zap"
 
+	"github.com/kite-db/kite/pkg/membership"
 	"github.com/kite-db/kite/pkg/mvcc"
 	"github.com/kite-db/kite/pkg/mvcc/backendtest"
 )
@@ -60,7 +61,7 @@ func TestIDsAreEtcds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := membership.NewClusterFromURLsMap(zap.NewNop(), "tok", urlsmap)
+	ref, err := etcdmembership.NewClusterFromURLsMap(zap.NewNop(), "tok", urlsmap)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func TestIDsAreEtcds(t *testing.T) {
 		}
 		ids = append(ids, m.ID)
 	}
-	if got, want := clusterID(ids), uint64(ref.ID()); got != want {
+	if got, want := membership.ClusterID(ids...), uint64(ref.ID()); got != want {
 		t.Errorf("cluster ID %x; etcd's %x", got, want)
 	}
 }
@@ -123,9 +124,9 @@ func TestStartRefusesBadPeerURLs(t *testing.T) {
 	defer n.Close()
 	// Input the bootstrap checks would refuse, as a WAL written by
 	// another version might still hold.
-	n.memberMu.Lock()
-	n.bootstrap[0].PeerURLs = []string{"127.0.0.1:2380"}
-	n.memberMu.Unlock()
+	n.cluster.mu.Lock()
+	n.cluster.bootstrap[0].PeerURLs = []string{"127.0.0.1:2380"}
+	n.cluster.mu.Unlock()
 	err = n.Start(nil)
 	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:2380") {
 		t.Fatalf("Start with an unparsable peer URL: %v; want an error naming it", err)

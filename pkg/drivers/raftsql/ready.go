@@ -265,7 +265,7 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 			if r.ClusterMemberAttrSet != nil {
 				// Membership is not in the database: applied again on
 				// every restart, as configuration changes are.
-				n.applyAttributes(r.ClusterMemberAttrSet)
+				n.cluster.setAttributes(r.ClusterMemberAttrSet)
 				n.waits.trigger(r.GetHeader().GetID(), mvcc.Outcome{})
 				continue
 			}
@@ -315,24 +315,6 @@ func (n *Node) applyBatch(batch []mvcc.Entry) error {
 	}
 	n.setApplied(batch[len(batch)-1].Index)
 	return nil
-}
-
-func (n *Node) setApplied(idx uint64) {
-	if idx <= n.applied.Load() {
-		return
-	}
-	n.applied.Store(idx)
-	n.appliedMu.Lock()
-	close(n.appliedc)
-	n.appliedc = make(chan struct{})
-	n.appliedMu.Unlock()
-}
-
-// appliedChanged returns a channel closed when the applied index moves.
-func (n *Node) appliedChanged() <-chan struct{} {
-	n.appliedMu.Lock()
-	defer n.appliedMu.Unlock()
-	return n.appliedc
 }
 
 // send hands raft's messages to the peer transport. A snapshot message

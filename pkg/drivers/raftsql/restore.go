@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kite-db/kite/pkg/drivers/sqlite"
+	"github.com/kite-db/kite/pkg/membership"
 	"github.com/kite-db/kite/pkg/mvcc"
 )
 
@@ -44,7 +45,7 @@ func Restore(ctx context.Context, cfg Config, db []byte) (int64, error) {
 		ids[i] = m.ID
 	}
 	meta := walMetadata{Name: cfg.Name, Token: cfg.Token, Members: members,
-		MemberID: memberID(cfg.InitialCluster[cfg.Name], cfg.Token), ClusterID: clusterID(ids)}
+		MemberID: membership.MemberID(cfg.InitialCluster[cfg.Name], cfg.Token), ClusterID: membership.ClusterID(ids...)}
 	// The snapshot stands for the entries that would have added the
 	// members: one per member, in term 1.
 	index := uint64(len(members))

@@ -15,13 +15,18 @@ import (
 )
 
 // Snapshots. The database itself is the state machine's snapshot: every
-// transaction records the index it applied, and SQLite makes each commit
-// durable. So a raft snapshot needs no copy of the data: it records the
-// index and configuration, after which the WAL and the in-memory log
-// before it can go. Only a follower that needs entries the leader no
-// longer has is sent a copy of the leader's database, which may be newer
-// than the snapshot's index: the follower skips the entries it already
-// holds, by the index recorded in the database.
+// transaction records the index it applied. Its commits are not synced one
+// by one (localDBOptions sets sqlite.Options.NoCommitSync): the raft WAL,
+// which persist writes and fsyncs before the entries reach the apply loop,
+// is what makes an entry durable, and a machine crash that loses the
+// database's last commits only replays them from the WAL on restart. So a
+// raft snapshot needs no copy of the data: maybeSnapshot syncs the database
+// file (syncDB), then records the index and configuration, after which the
+// WAL and the in-memory log before it can go. Only a follower that needs
+// entries the leader no longer has is sent a copy of the leader's
+// database, which may be newer than the snapshot's index: the follower
+// skips the entries it already holds, by the index recorded in the
+// database.
 
 // maybeSnapshot takes a snapshot every SnapshotCount applied entries.
 func (n *Node) maybeSnapshot() {
@@ -35,7 +40,7 @@ func (n *Node) maybeSnapshot() {
 		n.log.Warn("sync database before a snapshot", "err", err)
 		return
 	}
-	snapshot, err := n.storage.CreateSnapshot(applied, n.confState, n.stateJSON())
+	snapshot, err := n.storage.CreateSnapshot(applied, n.confState, n.cluster.stateJSON())
 	if err != nil {
 		if !errors.Is(err, raft.ErrSnapOutOfDate) {
 			n.log.Warn("create snapshot", "index", applied, "err", err)
@@ -101,11 +106,11 @@ func (n *Node) installSnapshot(s *raftpb.Snapshot) error {
 	// Through setApplied, which wakes the reads waiting for an index.
 	n.setApplied(applied)
 	n.confState = md.GetConfState()
-	if err := n.loadState(s.GetData()); err != nil {
+	if err := n.cluster.load(s.GetData()); err != nil {
 		return err
 	}
 	n.noteApplied(md.GetIndex(), md.GetTerm())
-	for _, m := range n.memberList() {
+	for _, m := range n.cluster.list() {
 		if m.ID != n.id {
 			n.transport.AddPeer(types.ID(m.ID), m.PeerURLs)
 		}
@@ -179,5 +184,5 @@ type appliedState struct {
 // apply loop, or the Ready loop while the apply loop is idle).
 func (n *Node) noteApplied(index, term uint64) {
 	n.lastApplied.Store(&appliedState{index: index, term: term,
-		confState: proto.Clone(n.confState).(*raftpb.ConfState), members: n.stateJSON()})
+		confState: proto.Clone(n.confState).(*raftpb.ConfState), members: n.cluster.stateJSON()})
 }

@@ -51,7 +51,7 @@ func (n *Node) setupPeerTLS() error {
 		t.Info = info
 	}
 	secure := false
-	for _, u := range append(append([]string{}, n.cfg.ListenPeer...), n.self().PeerURLs...) {
+	for _, u := range append(append([]string{}, n.cfg.ListenPeer...), n.cluster.self().PeerURLs...) {
 		if pu, err := url.Parse(u); err == nil && pu.Scheme == "https" {
 			secure = true
 		}

@@ -59,6 +59,14 @@ type Options struct {
 	// fsync): kite reports it as etcd's disk commit and fsync latencies.
 	// It runs on the commit path and must not block.
 	ObserveCommit func(time.Duration)
+	// MaxChangesPerRevision, when positive, lowers the most changes one
+	// revision may hold below the schema's bound (1,048,576, ids.go): a
+	// request that changes more fails with mvcc.ErrTooManyChanges and
+	// changes nothing. Tests set it (the kite binary only in a -tags
+	// kitetest build) to reach the bound without a million keys; every
+	// member of a raftsql cluster must then use the same value, as the
+	// bound decides a committed request's outcome.
+	MaxChangesPerRevision int64
 }
 
 func (o Options) withDefaults() Options {

@@ -37,6 +37,17 @@ func rowID(rev, sub int64) (int64, error) {
 	return rev<<subBits | sub, nil
 }
 
+// checkChanges refuses change sub of revision rev beyond limit changes
+// (Options.MaxChangesPerRevision; none when limit is 0), as rowID refuses
+// one beyond the schema's bound.
+func checkChanges(rev, sub, limit int64) error {
+	if limit > 0 && sub >= limit {
+		return fmt.Errorf("%w: revision %d: change %d is beyond the %d changes one revision may hold "+
+			"(Options.MaxChangesPerRevision; delete fewer keys per request)", mvcc.ErrTooManyChanges, rev, sub, limit)
+	}
+	return nil
+}
+
 // revOf and subOf split an id.
 func revOf(id int64) int64 { return id >> subBits }
 func subOf(id int64) int64 { return id & maxSub }

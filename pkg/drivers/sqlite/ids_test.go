@@ -58,6 +58,29 @@ func TestPutBeyondSubBound(t *testing.T) {
 	}
 }
 
+// Options.MaxChangesPerRevision lowers the change-count bound: the change
+// at the limit fails as one beyond the schema's bound does, the one before
+// it does not.
+func TestMaxChangesPerRevision(t *testing.T) {
+	ctx := context.Background()
+	b, err := Open(ctx, filepath.Join(t.TempDir(), "kite.db"), Options{MaxChangesPerRevision: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	tx, err := b.BeginWrite(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := tx.Put(ctx, &mvccpb.KeyValue{Key: []byte("k"), ModRevision: 1, CreateRevision: 1, Version: 1}, 3); err != nil {
+		t.Fatalf("put of change 3 of 4: %v", err)
+	}
+	if err := tx.Delete(ctx, []byte("k"), 1, 4); !errors.Is(err, mvcc.ErrTooManyChanges) {
+		t.Fatalf("delete of change 4 of 4: %v, want mvcc.ErrTooManyChanges", err)
+	}
+}
+
 // A file of another schema version is refused with both versions named.
 func TestOldSchemaRefused(t *testing.T) {
 	ctx := context.Background()

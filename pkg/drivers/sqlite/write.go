@@ -67,6 +67,9 @@ func (w *writeTx) raise(rev int64) {
 func (w *writeTx) Put(ctx context.Context, kv *mvccpb.KeyValue, sub int64) error {
 	key, value := nonNil(kv.Key), nonNil(kv.Value)
 	id, err := rowID(kv.ModRevision, sub)
+	if err == nil {
+		err = checkChanges(kv.ModRevision, sub, w.b.opts.MaxChangesPerRevision)
+	}
 	if err != nil {
 		return w.fail("put", err)
 	}
@@ -89,6 +92,9 @@ func (w *writeTx) Put(ctx context.Context, kv *mvccpb.KeyValue, sub int64) error
 func (w *writeTx) Delete(ctx context.Context, key []byte, rev, sub int64) error {
 	key = nonNil(key)
 	id, err := rowID(rev, sub)
+	if err == nil {
+		err = checkChanges(rev, sub, w.b.opts.MaxChangesPerRevision)
+	}
 	if err != nil {
 		return w.fail("delete", err)
 	}
