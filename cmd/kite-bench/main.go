@@ -40,6 +40,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/kite-db/kite/internal/testenv"
 )
 
 // defaultWorkloads is what a run measures when --workloads is not given:
@@ -106,8 +108,8 @@ const (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == etcdServerCommand {
-		os.Exit(runEtcdServer(os.Args[2:]))
+	if len(os.Args) > 1 && os.Args[1] == testenv.EtcdServerCommand {
+		os.Exit(testenv.RunEtcdServer("kite-bench", os.Args[2:]))
 	}
 	if len(os.Args) > 1 && os.Args[1] == buildKineCommand {
 		os.Exit(runBuildKine(os.Args[2:], os.Stdout, os.Stderr))

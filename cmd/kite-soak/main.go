@@ -7,7 +7,7 @@
 //	kite-soak --smoke --servers kite --kite-binary ./kite   (CI: 90 s)
 //
 // The reference etcd runs in its own process (the hidden etcd-server
-// subcommand, etcd_server.go), so its memory can be read from /proc and
+// subcommand, testenv.RunEtcdServer), so its memory can be read from /proc and
 // its CPU does not mix with the load generator's.
 package main
 
@@ -25,6 +25,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/kite-db/kite/internal/testenv"
 )
 
 // soakConfig is everything the soak's flags decide. Rates are per second
@@ -68,8 +70,8 @@ const (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == etcdServerCommand {
-		os.Exit(runEtcdServer(os.Args[2:]))
+	if len(os.Args) > 1 && os.Args[1] == testenv.EtcdServerCommand {
+		os.Exit(testenv.RunEtcdServer("kite-soak", os.Args[2:]))
 	}
 	os.Exit(runSoakMain(os.Args[1:], os.Stdout, os.Stderr))
 }
