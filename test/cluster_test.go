@@ -479,14 +479,12 @@ func (m *clusterMember) startJoined(t *testing.T) {
 // ends.
 func (c *cluster) newMembers(n int, name, peerHost func(int) string) {
 	t := c.t
-	used := map[int]bool{}
+	// A client and a peer port per member, all distinct.
+	ports := freePorts(t, 2*n)
 	port := func() int {
-		for {
-			if p := freePort(t); !used[p] {
-				used[p] = true
-				return p
-			}
-		}
+		p := ports[0]
+		ports = ports[1:]
+		return p
 	}
 	for i := range n {
 		m := &clusterMember{c: c, name: name(i)}

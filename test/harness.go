@@ -83,16 +83,13 @@ func raftPeers(t testing.TB) []string {
 		t.Fatalf("kite binary: %v", kiteBuildErr)
 	}
 	names := []string{"t", "p1", "p2"}
-	// freePort may give a port twice before any is bound: every port of
-	// the cluster must differ.
-	used := map[int]bool{}
+	// Every port of the cluster must differ: a peer port per member and a
+	// client port per other member (the kite under test picks its own).
+	ports := freePorts(t, 2*len(names)-1)
 	port := func() int {
-		for {
-			if p := freePort(t); !used[p] {
-				used[p] = true
-				return p
-			}
-		}
+		p := ports[0]
+		ports = ports[1:]
+		return p
 	}
 	peers := make([]string, len(names))
 	var cluster []string
@@ -176,6 +173,17 @@ func freePort(t testing.TB) int {
 		t.Fatal(err)
 	}
 	return port
+}
+
+// freePorts returns n distinct loopback ports that were free a moment ago
+// (testenv.FreePorts).
+func freePorts(t testing.TB, n int) []int {
+	t.Helper()
+	ports, err := testenv.FreePorts(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ports
 }
 
 // server is one etcd-compatible endpoint with its clients.
