@@ -105,10 +105,10 @@ func etcdKind(name string, cfg *config) (serverKind, error) {
 // with etcd's own clustering flags (which select raftsql), as an etcd
 // member would be, and etcd's defaults for heartbeat and election timeout.
 func kiteKind(cfg *config) (serverKind, error) {
-	if cfg.kiteBinary == "etcd" {
+	if cfg.KiteBinary == "etcd" {
 		return etcdKind("kite", cfg)
 	}
-	path, err := testenv.FindKite(cfg.kiteBinary)
+	path, err := testenv.FindKite(cfg.KiteBinary)
 	if err != nil {
 		return serverKind{}, err
 	}
@@ -288,7 +288,7 @@ func (c *cluster) restartExited(ctx context.Context, cfg *config) error {
 			continue
 		}
 		p.log.Warn("restarting server that exited", "server", p.name, "error", p.waitErr())
-		if err := p.launch(ctx, cfg.startupWait); err != nil {
+		if err := p.launch(ctx, cfg.StartupWait); err != nil {
 			return fmt.Errorf("restart %s: %w", p.name, err)
 		}
 	}
@@ -310,7 +310,7 @@ func startServer(ctx context.Context, cfg *config, log *slog.Logger, kind server
 	}
 	p.env, p.secret = env, secret
 	p.argv = kind.argv(member{name: name, dataDir: p.dataDir(), clientURL: p.endpoint})
-	if err := p.launch(ctx, cfg.startupWait); err != nil {
+	if err := p.launch(ctx, cfg.StartupWait); err != nil {
 		p.stop()
 		return nil, err
 	}
@@ -320,7 +320,7 @@ func startServer(ctx context.Context, cfg *config, log *slog.Logger, kind server
 // newServerProc makes the temporary directory of a server that will serve
 // clients on the loopback port; it starts nothing.
 func newServerProc(cfg *config, log *slog.Logger, name string, port int) (*serverProc, error) {
-	dir, err := os.MkdirTemp(cfg.workDir, "kite-bench-"+name+"-")
+	dir, err := os.MkdirTemp(cfg.WorkDir, "kite-bench-"+name+"-")
 	if err != nil {
 		return nil, fmt.Errorf("create data dir for %s: %w", name, err)
 	}

@@ -36,7 +36,7 @@ type soakProc struct {
 // with the flags kite-bench gives it. --kite-binary etcd stands a second
 // reference etcd in for kite, which proves the soak on etcd-vs-etcd.
 func soakArgv(name string, cfg *soakConfig) (func(dataDir, clientURL string) []string, error) {
-	if name == soakEtcd || cfg.kiteBinary == "etcd" {
+	if name == soakEtcd || cfg.KiteBinary == "etcd" {
 		self, err := os.Executable()
 		if err != nil {
 			return nil, fmt.Errorf("find own executable for the reference etcd: %w", err)
@@ -45,7 +45,7 @@ func soakArgv(name string, cfg *soakConfig) (func(dataDir, clientURL string) []s
 			return []string{self, testenv.EtcdServerCommand, "--name", name, "--data-dir", dataDir, "--listen", clientURL}
 		}, nil
 	}
-	path, err := testenv.FindKite(cfg.kiteBinary)
+	path, err := testenv.FindKite(cfg.KiteBinary)
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +62,7 @@ func startSoakProc(ctx context.Context, cfg *soakConfig, log *slog.Logger, name 
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp(cfg.workDir, "kite-soak-"+name+"-")
+	dir, err := os.MkdirTemp(cfg.WorkDir, "kite-soak-"+name+"-")
 	if err != nil {
 		return nil, fmt.Errorf("create data dir for %s: %w", name, err)
 	}
@@ -86,7 +86,7 @@ func startSoakProc(ctx context.Context, cfg *soakConfig, log *slog.Logger, name 
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	log.Info("started server", "server", name, "pid", p.proc.Pid(), "endpoint", p.endpoint, "dir", dir)
-	if err := p.waitReady(ctx, cfg.startupWait); err != nil {
+	if err := p.waitReady(ctx, cfg.StartupWait); err != nil {
 		p.stop()
 		return nil, err
 	}
