@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +17,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/etcdmain"
+
+	"github.com/kite-db/kite/internal/testenv"
 )
 
 // Harness for the raftsql tests: a cluster of kite processes started with
@@ -161,28 +162,22 @@ func memberArgs(name, dataDir, clientURL, peerURL, initialCluster, token string)
 }
 
 // memberCommand is the command of a member process (kite, or etcd when the
-// tests run against etcd).
-func memberCommand(t testing.TB, args []string) *exec.Cmd {
+// tests run against etcd) writing to out. A member dies with the test
+// process (testenv.Start), so one that ends without cleanup leaves none.
+func memberCommand(t testing.TB, args []string, out io.Writer) testenv.Command {
 	t.Helper()
-	var cmd *exec.Cmd
 	if againstEtcd {
 		self, err := os.Executable()
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmd = exec.Command(self, args...)
-		cmd.Env = append(os.Environ(), etcdMemberEnv+"=1")
-	} else {
-		if kiteBuildErr != nil {
-			t.Fatalf("kite binary: %v", kiteBuildErr)
-		}
-		cmd = exec.Command(kiteBin, args...)
-		// The peer fault hooks (partition a member) are served to tests.
-		cmd.Env = append(os.Environ(), "KITE_TEST_PEER_FAULTS=1")
+		return testenv.Command{Argv: append([]string{self}, args...), Env: []string{etcdMemberEnv + "=1"}, Out: out}
 	}
-	// A member must not outlive a test process that dies without cleanup.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	return cmd
+	if kiteBuildErr != nil {
+		t.Fatalf("kite binary: %v", kiteBuildErr)
+	}
+	// The peer fault hooks (partition a member) are served to tests.
+	return testenv.Command{Argv: append([]string{kiteBin}, args...), Env: []string{"KITE_TEST_PEER_FAULTS=1"}, Out: out}
 }
 
 // start starts the process; it does not wait for it to serve.
@@ -191,20 +186,15 @@ func (m *clusterMember) start() error { return m.startWith(m.args(m.c.token), ni
 // startWith starts the process with exactly args and, on top of the
 // test's environment, env (a member configured by ETCD_ variables).
 func (m *clusterMember) startWith(args, env []string) error {
-	cmd := memberCommand(m.t, args)
-	cmd.Env = append(cmd.Env, env...)
-	cmd.Stdout, cmd.Stderr = m.log, m.log
-	if err := cmd.Start(); err != nil {
+	c := memberCommand(m.t, args, m.log)
+	c.Env = append(c.Env, env...)
+	// A member that dies on its own is then seen in its log.
+	c.NoteExit = true
+	p, err := testenv.Start(c)
+	if err != nil {
 		return err
 	}
-	m.cmd = cmd
-	m.exited = make(chan struct{})
-	go func(cmd *exec.Cmd, c chan struct{}, log *syncBuffer) {
-		cmd.Wait()
-		// A member that dies on its own is then seen in its log.
-		fmt.Fprintf(log, "----- exited at %s: %v -----\n", time.Now().UTC().Format("15:04:05.000"), cmd.ProcessState)
-		close(c)
-	}(cmd, m.exited, m.log)
+	m.proc, m.exited = p, p.Exited()
 	return m.connect(m.Endpoint)
 }
 
@@ -215,7 +205,7 @@ func (m *clusterMember) waitServing(deadline time.Time) error {
 	for time.Now().Before(deadline) {
 		select {
 		case <-m.exited:
-			return fmt.Errorf("process exited (%v) before serving (last error: %v)", m.cmd.ProcessState, last)
+			return fmt.Errorf("process exited (%v) before serving (last error: %v)", m.proc.State(), last)
 		default:
 		}
 		st, err := m.status()
@@ -246,7 +236,7 @@ func (m *clusterMember) status() (*pb.StatusResponse, error) {
 	return m.Maint.Status(ctx, &pb.StatusRequest{})
 }
 
-func (m *clusterMember) running() bool { return m.cmd != nil }
+func (m *clusterMember) running() bool { return m.proc != nil }
 
 // Kill ends the member abruptly (SIGKILL): no shutdown code runs.
 func (m *clusterMember) Kill() { m.kiteProcess.stop() }
@@ -261,15 +251,10 @@ func (m *clusterMember) Stop() {
 		m.Client.Close()
 		m.Client = nil
 	}
-	_ = m.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-m.exited:
-	case <-time.After(15 * time.Second):
+	if killed := m.proc.Stop(15 * time.Second); killed {
 		m.t.Errorf("member %s still running 15 s after SIGTERM; killed", m.name)
-		m.cmd.Process.Kill()
-		<-m.exited
 	}
-	m.cmd = nil
+	m.proc = nil
 }
 
 // Restart starts the member again with the same command line and data dir
@@ -374,22 +359,18 @@ func (c *cluster) agreedLeader() (int, error) {
 // timeout is killed and fails the test.
 func runToExit(t *testing.T, args []string, timeout time.Duration) (string, int) {
 	t.Helper()
-	cmd := memberCommand(t, args)
 	out := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
+	p, err := testenv.Start(memberCommand(t, args, out))
+	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-p.Exited():
 	case <-time.After(timeout):
-		cmd.Process.Kill()
-		<-done
+		p.Kill()
 		t.Fatalf("%v still running after %v; output:\n%s", args, timeout, out.Tail(8192))
 	}
-	return out.Tail(1 << 20), cmd.ProcessState.ExitCode()
+	return out.Tail(1 << 20), p.State().ExitCode()
 }
 
 // putEventually retries a put through m until it succeeds or timeout
@@ -467,7 +448,7 @@ func (m *clusterMember) startJoined(t *testing.T) {
 	for time.Now().Before(deadline) {
 		select {
 		case <-m.exited:
-			t.Fatalf("member %s exited (%v) before serving\nlog:\n%s", m.name, m.cmd.ProcessState, m.log.Tail(8192))
+			t.Fatalf("member %s exited (%v) before serving\nlog:\n%s", m.name, m.proc.State(), m.log.Tail(8192))
 		default:
 		}
 		st, err := m.status()
@@ -498,14 +479,12 @@ func (m *clusterMember) startJoined(t *testing.T) {
 // ends.
 func (c *cluster) newMembers(n int, name, peerHost func(int) string) {
 	t := c.t
-	used := map[int]bool{}
+	// A client and a peer port per member, all distinct.
+	ports := freePorts(t, 2*n)
 	port := func() int {
-		for {
-			if p := freePort(t); !used[p] {
-				used[p] = true
-				return p
-			}
-		}
+		p := ports[0]
+		ports = ports[1:]
+		return p
 	}
 	for i := range n {
 		m := &clusterMember{c: c, name: name(i)}

@@ -3,12 +3,9 @@ package test
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"github.com/kite-db/kite/internal/testenv"
 	"github.com/kite-db/kite/pkg/drivers/postgres/pgtest"
 	"github.com/kite-db/kite/pkg/server/tlstest"
 )
@@ -309,27 +307,21 @@ func TestCopyKilled(t *testing.T) {
 		t.Run(target.name, func(t *testing.T) {
 			copyArgs, serveFlags, dir := target.args(t)
 			args := append([]string{"copy", "--from-data-dir", srcDir}, copyArgs...)
-			cmd := exec.CommandContext(ctx, kiteBin, args...)
-			cmd.Env = append(os.Environ(), "KITE_TEST_COPY_PAUSE_BEFORE_COMMIT=1m")
 			log := &syncBuffer{}
-			cmd.Stdout, cmd.Stderr = log, log
-			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-			if err := cmd.Start(); err != nil {
+			p, err := testenv.Start(testenv.Command{Argv: append([]string{kiteBin}, args...),
+				Env: []string{"KITE_TEST_COPY_PAUSE_BEFORE_COMMIT=1m"}, Out: log})
+			if err != nil {
 				t.Fatal(err)
 			}
 			deadline := time.Now().Add(time.Minute)
 			for !strings.Contains(log.Tail(4096), "pausing") {
 				if time.Now().After(deadline) {
-					cmd.Process.Kill()
-					cmd.Wait()
+					p.Kill()
 					t.Fatalf("copy never reached the commit:\n%s", log.Tail(4096))
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			if err := cmd.Process.Kill(); err != nil {
-				t.Fatal(err)
-			}
-			cmd.Wait()
+			p.Kill()
 
 			// Nothing was committed: a copy that refuses any non-empty
 			// target succeeds, and the result is complete.

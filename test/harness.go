@@ -23,7 +23,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -84,16 +83,13 @@ func raftPeers(t testing.TB) []string {
 		t.Fatalf("kite binary: %v", kiteBuildErr)
 	}
 	names := []string{"t", "p1", "p2"}
-	// freePort may give a port twice before any is bound: every port of
-	// the cluster must differ.
-	used := map[int]bool{}
+	// Every port of the cluster must differ: a peer port per member and a
+	// client port per other member (the kite under test picks its own).
+	ports := freePorts(t, 2*len(names)-1)
 	port := func() int {
-		for {
-			if p := freePort(t); !used[p] {
-				used[p] = true
-				return p
-			}
-		}
+		p := ports[0]
+		ports = ports[1:]
+		return p
 	}
 	peers := make([]string, len(names))
 	var cluster []string
@@ -177,6 +173,17 @@ func freePort(t testing.TB) int {
 		t.Fatal(err)
 	}
 	return port
+}
+
+// freePorts returns n distinct loopback ports that were free a moment ago
+// (testenv.FreePorts).
+func freePorts(t testing.TB, n int) []int {
+	t.Helper()
+	ports, err := testenv.FreePorts(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ports
 }
 
 // server is one etcd-compatible endpoint with its clients.
@@ -346,10 +353,12 @@ type kiteProcess struct {
 	dataDir string
 	port    int
 	flags   []string
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	log     *syncBuffer
-	dev     *etcdServer // KITE_TEST_AGAINST_ETCD=1 only
+	proc    *testenv.Process // nil when not running
+	// exited is closed once the last process started has exited; it
+	// stays so after stop, for the tests that ask whether it died.
+	exited <-chan struct{}
+	log    *syncBuffer
+	dev    *etcdServer // KITE_TEST_AGAINST_ETCD=1 only
 }
 
 // startKite starts kite with a fresh data dir and fresh storage of the kind
@@ -404,16 +413,13 @@ func (k *kiteProcess) start() error {
 		"--advertise-client-urls", ep,
 		"--log-level", "warn",
 	}, k.flags...)
-	k.cmd = exec.Command(kiteBin, args...)
-	k.cmd.Stdout, k.cmd.Stderr = k.log, k.log
 	// If the test process dies without cleanup (an embedded etcd that hits
-	// a Fatal exits it), kite must not outlive it.
-	k.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := k.cmd.Start(); err != nil {
+	// a Fatal exits it), kite dies with it (testenv.Start).
+	p, err := testenv.Start(testenv.Command{Argv: append([]string{kiteBin}, args...), Out: k.log})
+	if err != nil {
 		return err
 	}
-	k.exited = make(chan struct{})
-	go func(cmd *exec.Cmd, c chan struct{}) { cmd.Wait(); close(c) }(k.cmd, k.exited)
+	k.proc, k.exited = p, p.Exited()
 	if err := k.connect(ep); err != nil {
 		return err
 	}
@@ -426,10 +432,9 @@ func (k *kiteProcess) stop() {
 		k.Client.Close()
 		k.Client = nil
 	}
-	if k.cmd != nil && k.cmd.Process != nil {
-		k.cmd.Process.Kill()
-		<-k.exited
-		k.cmd = nil
+	if k.proc != nil {
+		k.proc.Kill()
+		k.proc = nil
 	}
 }
 

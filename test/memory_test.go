@@ -116,7 +116,7 @@ func TestMemoryBudgetUnderCgroupLimit(t *testing.T) {
 	)
 	cg := newMemoryCgroup(t, limit)
 	k := startKiteIn(t, t.TempDir(), "--memory-budget", "96MiB")
-	if err := cg.add(k.cmd.Process.Pid); err != nil {
+	if err := cg.add(k.proc.Pid()); err != nil {
 		t.Fatalf("move kite into the cgroup: %v", err)
 	}
 	ctx := testCtx(t, 4*time.Minute)

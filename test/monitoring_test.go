@@ -120,7 +120,7 @@ var peerFailureMetrics = []string{"etcd_network_peer_sent_failures_total"}
 func stopRaftPeers(t *testing.T, k *kiteProcess) {
 	t.Helper()
 	token := flagValue(k.flags, "--initial-cluster-token")
-	if token == "" || k.cmd == nil {
+	if token == "" || k.proc == nil {
 		t.Fatalf("not a raftsql member: %v", k.flags)
 	}
 	entries, err := os.ReadDir("/proc")
@@ -130,7 +130,7 @@ func stopRaftPeers(t *testing.T, k *kiteProcess) {
 	var killed []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == k.cmd.Process.Pid {
+		if err != nil || pid == k.proc.Pid() {
 			continue
 		}
 		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")

@@ -231,14 +231,14 @@ func TestSharedServersStoppedPeer(t *testing.T) {
 	ws := watchEvery(ctx, t, ks[1:], prefix)
 	time.Sleep(200 * time.Millisecond) // the watch is established
 
-	if err := ks[1].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := ks[1].proc.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	resumed := false
 	resume := func() {
 		if !resumed {
 			resumed = true
-			_ = ks[1].cmd.Process.Signal(syscall.SIGCONT)
+			_ = ks[1].proc.Signal(syscall.SIGCONT)
 		}
 	}
 	defer resume()

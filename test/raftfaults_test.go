@@ -349,8 +349,8 @@ func TestRaftSQLApplyFailureStopsMember(t *testing.T) {
 	// transaction applying it.
 	out := f.log.Tail(1 << 20)
 	if !strings.Contains(out, "raftsql node stopped") || !strings.Contains(out, "the database refused the write") ||
-		f.cmd.ProcessState.ExitCode() == 0 {
-		t.Fatalf("member %s exited (%v) without reporting the failed apply:\n%s", f.name, f.cmd.ProcessState, f.log.Tail(4096))
+		f.proc.State().ExitCode() == 0 {
+		t.Fatalf("member %s exited (%v) without reporting the failed apply:\n%s", f.name, f.proc.State(), f.log.Tail(4096))
 	}
 	if resp, err := http.Get(f.Endpoint + "/readyz"); err == nil {
 		resp.Body.Close()

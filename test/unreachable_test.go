@@ -4,12 +4,12 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kite-db/kite/internal/testenv"
 )
 
 // TestStartWithDatabaseDown: kite started while its Postgres is down keeps
@@ -28,14 +28,12 @@ func TestStartWithDatabaseDown(t *testing.T) {
 	port := freePort(t)
 	ep := "http://127.0.0.1:" + strconv.Itoa(port)
 	log := &syncBuffer{}
-	cmd := exec.Command(kiteBin, "--data-dir", t.TempDir(), "--listen-client-urls", ep,
-		"--advertise-client-urls", ep, "--datastore-endpoint", dsn)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	p, err := testenv.Start(testenv.Command{Argv: []string{kiteBin, "--data-dir", t.TempDir(), "--listen-client-urls", ep,
+		"--advertise-client-urls", ep, "--datastore-endpoint", dsn}, Out: log})
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	t.Cleanup(p.Kill)
 
 	probe := func(path string) int {
 		resp, err := http.Get(ep + path)

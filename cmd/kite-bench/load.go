@@ -97,7 +97,7 @@ func loadKeys(ctx context.Context, e *env, what, prefix string, n, valSize int) 
 					return
 				}
 				lo, hi := b*batch, min(n, (b+1)*batch)
-				opCtx, opCancel := context.WithTimeout(ctx, e.cfg.opTimeout)
+				opCtx, opCancel := context.WithTimeout(ctx, e.cfg.OpTimeout)
 				var err error
 				if hi-lo == 1 {
 					_, err = kv.Put(opCtx, key(prefix, lo), value)

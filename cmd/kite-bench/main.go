@@ -40,6 +40,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/kite-db/kite/internal/testenv"
 )
 
 // defaultWorkloads is what a run measures when --workloads is not given:
@@ -52,28 +54,27 @@ const smokeWorkloads = defaultWorkloads + ",delete,list-all,list-under-writes"
 
 // config is everything the flags decide. It is built once and only read.
 type config struct {
-	endpoints   []string
-	compare     bool
-	kiteBinary  string
-	workloads   []spec
-	clients     int
-	conns       int
-	valSize     int
-	keys        int
-	total       int64
-	duration    time.Duration
-	opTimeout   time.Duration
-	watchers    int
-	events      int
-	watchRate   float64
-	writeRate   float64 // list-under-writes: its writer's puts per second
-	deleteKeys  int     // delete: keys to load (0: --total, else per --duration)
-	loadTxnOps  int     // puts per transaction of loadKeys
-	memoryKeys  int
-	smoke       bool
-	jsonPath    string
-	workDir     string
-	startupWait time.Duration
+	// testenv.ToolFlags: --kite-binary (for --compare), --work-dir,
+	// --startup-timeout, --op-timeout and --log-level.
+	testenv.ToolFlags
+	endpoints  []string
+	compare    bool
+	workloads  []spec
+	clients    int
+	conns      int
+	valSize    int
+	keys       int
+	total      int64
+	duration   time.Duration
+	watchers   int
+	events     int
+	watchRate  float64
+	writeRate  float64 // list-under-writes: its writer's puts per second
+	deleteKeys int     // delete: keys to load (0: --total, else per --duration)
+	loadTxnOps int     // puts per transaction of loadKeys
+	memoryKeys int
+	smoke      bool
+	jsonPath   string
 
 	// Postgres mode (--compare only).
 	datastore     string // datastoreSQLite or datastorePostgres
@@ -106,8 +107,8 @@ const (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == etcdServerCommand {
-		os.Exit(runEtcdServer(os.Args[2:]))
+	if len(os.Args) > 1 && os.Args[1] == testenv.EtcdServerCommand {
+		os.Exit(testenv.RunEtcdServer("kite-bench", os.Args[2:]))
 	}
 	if len(os.Args) > 1 && os.Args[1] == buildKineCommand {
 		os.Exit(runBuildKine(os.Args[2:], os.Stdout, os.Stderr))
@@ -140,10 +141,11 @@ func parseFlags(args []string, stderr io.Writer) (*config, slog.Level, error) {
 	cfg := &config{}
 	fs := flag.NewFlagSet("kite-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var endpoints, workloads, logLevel, profile string
+	var endpoints, workloads, profile string
 	fs.StringVar(&endpoints, "endpoints", "", "comma-separated loopback client URLs to benchmark (not with --compare)")
 	fs.BoolVar(&cfg.compare, "compare", false, "start a reference etcd and kite, run every workload on both, print kite/etcd ratios")
-	fs.StringVar(&cfg.kiteBinary, "kite-binary", "", "kite binary for --compare (default: kite next to kite-bench, then $PATH); \"etcd\" runs a second reference etcd instead")
+	cfg.ToolFlags.Register(fs, "kite binary for --compare (default: kite next to kite-bench, then $PATH); \"etcd\" runs a second reference etcd instead",
+		"parent of the temporary data directories of --compare (default: $TMPDIR)")
 	fs.StringVar(&workloads, "workloads", defaultWorkloads, "comma-separated workloads, NAME or NAME@CLIENTS; names: "+strings.Join(workloadNames(), ", "))
 	fs.IntVar(&cfg.clients, "clients", 16, "concurrent clients per workload (list, list-all, list-stream and list-under-writes default to 1: their latency is the time of one full list)")
 	fs.IntVar(&cfg.conns, "conns", 8, "gRPC connections the clients share")
@@ -151,7 +153,6 @@ func parseFlags(args []string, stderr io.Writer) (*config, slog.Level, error) {
 	fs.IntVar(&cfg.keys, "keys", 10000, "key space of put, txn-update and the preloaded keys read by get, list, count and mixed (loaded in transactions of --load-txn-ops puts, its rate reported as the \"load\" row; 1000000 of 1 KiB needs --etcd-quota-backend-bytes above 2 GiB)")
 	fs.Int64Var(&cfg.total, "total", 0, "operations per workload (0: bounded by --duration only)")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "time per workload (0: bounded by --total only)")
-	fs.DurationVar(&cfg.opTimeout, "op-timeout", 30*time.Second, "deadline of a single request")
 	fs.IntVar(&cfg.watchers, "watchers", 1000, "watch: watchers on the prefix")
 	fs.IntVar(&cfg.events, "events", 1000, "watch: events written (each must reach every watcher exactly once)")
 	fs.Float64Var(&cfg.watchRate, "watch-rate", 0, "watch: events written per second (0: as fast as one writer can)")
@@ -162,9 +163,6 @@ func parseFlags(args []string, stderr io.Writer) (*config, slog.Level, error) {
 	fs.IntVar(&cfg.memoryKeys, "memory-keys", 0, "with --compare: preload this many keys into a fresh server of each kind and report its resident memory")
 	fs.BoolVar(&cfg.smoke, "smoke", false, "run every workload tiny (a few seconds in all) to prove the tool works; without --workloads: "+smokeWorkloads)
 	fs.StringVar(&cfg.jsonPath, "json", "", "also write the JSON lines to this file")
-	fs.StringVar(&cfg.workDir, "work-dir", "", "parent of the temporary data directories of --compare (default: $TMPDIR)")
-	fs.DurationVar(&cfg.startupWait, "startup-timeout", 60*time.Second, "how long a started server may take to answer")
-	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&cfg.datastore, "datastore", datastoreSQLite, "with --compare: kite's storage, sqlite (its data dir), postgres (a fresh database on --postgres-admin, dropped at the end) or raftsql (a raft cluster of --members kite processes, against an etcd cluster of as many)")
 	fs.IntVar(&cfg.members, "members", 1, "raftsql mode: members of kite's raft cluster and of the reference etcd cluster, each its own process, data dir and loopback ports; connections are spread over them round-robin (3 or 5 to survive the loss of one)")
 	fs.IntVar(&cfg.failovers, "failovers", 5, "failover: how many times the leader of each cluster is killed (and restarted)")
@@ -182,9 +180,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, slog.Level, error) {
 	if fs.NArg() > 0 {
 		return nil, 0, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-		return nil, 0, fmt.Errorf("--log-level: %w", err)
+	level, err := cfg.LogLevel()
+	if err != nil {
+		return nil, 0, err
 	}
 	if endpoints != "" {
 		cfg.endpoints = strings.Split(endpoints, ",")
@@ -270,7 +268,7 @@ func validate(cfg *config) error {
 		return errors.New("--kite-servers and --kine-servers must be at least 1")
 	case cfg.datastore != datastorePostgres && (cfg.kiteServers > 1 || cfg.kineServers > 1 || cfg.kineBinary != ""):
 		return errors.New("--kite-servers, --kine-servers and --kine-binary need --datastore postgres")
-	case cfg.datastore == datastorePostgres && cfg.kiteBinary == "etcd":
+	case cfg.datastore == datastorePostgres && cfg.KiteBinary == "etcd":
 		return errors.New("--kite-binary etcd cannot run on --datastore postgres")
 	case cfg.conns < max(cfg.kiteServers, cfg.kineServers, cfg.members):
 		return errors.New("--conns must be at least --kite-servers, --kine-servers and --members (each server needs a connection)")

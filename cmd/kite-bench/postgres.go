@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/kite-db/kite/internal/pgadmin"
 )
 
 // defaultPostgresAdmin is --postgres-admin's default: the local server with
@@ -76,34 +76,27 @@ func (a *pgAdmin) connect(ctx context.Context) (*pgx.Conn, error) {
 // createDatabase creates an empty database named kite_bench_<purpose>_<random>
 // and returns its URL (the admin URL with the database replaced).
 func (a *pgAdmin) createDatabase(ctx context.Context, purpose string) (string, error) {
-	var id [4]byte
-	if _, err := rand.Read(id[:]); err != nil {
-		return "", fmt.Errorf("random database name: %w", err)
+	// Lower case (pgadmin.NewName): kine folds its database name to lower case.
+	name, err := pgadmin.NewName("kite_bench_"+purpose+"_", 4)
+	if err != nil {
+		return "", err
 	}
-	// Lower case: kine folds its database name to lower case.
-	name := strings.ToLower("kite_bench_" + purpose + "_" + hex.EncodeToString(id[:]))
 	conn, err := a.connect(ctx)
 	if err != nil {
 		return "", err
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return "", fmt.Errorf("create database %s: %w", name, err)
+	if err := pgadmin.Create(ctx, conn, name); err != nil {
+		return "", err
 	}
 	a.created = append(a.created, name)
 	a.log.Info("created database", "database", name)
-	u, _ := url.Parse(a.dsn) // checked by newPGAdmin
-	u.Path = "/" + name
-	if q := u.Query(); q.Has("dbname") {
-		q.Set("dbname", name)
-		u.RawQuery = q.Encode()
-	}
-	return u.String(), nil
+	return pgadmin.WithDatabase(a.dsn, name) // a URL: checked by newPGAdmin
 }
 
-// dropAll drops every database this run created. WITH (FORCE) ends
-// sessions a stopped server may have left, so the drop never waits on
-// them. It runs on a fresh context: the run's may already be cancelled.
+// dropAll drops every database this run created (pgadmin.Drop: a
+// stopped server's sessions do not hold it up). It runs on a fresh
+// context: the run's may already be cancelled.
 func (a *pgAdmin) dropAll() error {
 	if len(a.created) == 0 {
 		return nil
@@ -117,8 +110,8 @@ func (a *pgAdmin) dropAll() error {
 	defer conn.Close(context.Background())
 	var errs []error
 	for _, name := range a.created {
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-			errs = append(errs, fmt.Errorf("drop database %s: %w", name, err))
+		if err := pgadmin.Drop(ctx, conn, name); err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		a.log.Info("dropped database", "database", name)

@@ -79,7 +79,7 @@ func startRaftCluster(ctx context.Context, cfg *config, log *slog.Logger, kind s
 		}
 	}
 	for _, p := range c.procs {
-		if err := p.waitReady(ctx, cfg.startupWait); err != nil {
+		if err := p.waitReady(ctx, cfg.StartupWait); err != nil {
 			c.stop()
 			return nil, err
 		}
@@ -90,7 +90,7 @@ func startRaftCluster(ctx context.Context, cfg *config, log *slog.Logger, kind s
 		return nil, err
 	}
 	defer mc.close()
-	leader, _, err := mc.waitLeader(ctx, c.all(), 0, cfg.startupWait)
+	leader, _, err := mc.waitLeader(ctx, c.all(), 0, cfg.StartupWait)
 	if err != nil {
 		c.stop()
 		return nil, fmt.Errorf("%s cluster of %d: %w", kind.name, n, err)

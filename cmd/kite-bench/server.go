@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,9 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/kite-db/kite/internal/testenv"
 )
@@ -84,7 +80,7 @@ func etcdKind(name string, cfg *config) (serverKind, error) {
 		return serverKind{}, fmt.Errorf("find own executable for the reference etcd: %w", err)
 	}
 	k := serverKind{name: name, argv: func(m member) []string {
-		argv := []string{self, etcdServerCommand, "--name", m.name, "--data-dir", m.dataDir, "--listen", m.clientURL}
+		argv := []string{self, testenv.EtcdServerCommand, "--name", m.name, "--data-dir", m.dataDir, "--listen", m.clientURL}
 		if m.initialCluster != "" {
 			argv = append(argv, "--listen-peer", m.peerURL, "--initial-cluster", m.initialCluster,
 				"--initial-cluster-token", m.token)
@@ -109,10 +105,10 @@ func etcdKind(name string, cfg *config) (serverKind, error) {
 // with etcd's own clustering flags (which select raftsql), as an etcd
 // member would be, and etcd's defaults for heartbeat and election timeout.
 func kiteKind(cfg *config) (serverKind, error) {
-	if cfg.kiteBinary == "etcd" {
+	if cfg.KiteBinary == "etcd" {
 		return etcdKind("kite", cfg)
 	}
-	path, err := findKite(cfg.kiteBinary)
+	path, err := testenv.FindKite(cfg.KiteBinary)
 	if err != nil {
 		return serverKind{}, err
 	}
@@ -145,29 +141,6 @@ func kiteKind(cfg *config) (serverKind, error) {
 		k.members = cfg.members
 	}
 	return k, nil
-}
-
-// findKite resolves --kite-binary, or looks for kite next to kite-bench and
-// then in $PATH.
-func findKite(binary string) (string, error) {
-	if binary != "" {
-		p, err := exec.LookPath(binary)
-		if err != nil {
-			return "", fmt.Errorf("--kite-binary %s: %w", binary, err)
-		}
-		return filepath.Abs(p)
-	}
-	if self, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(self), "kite")
-		if st, err := os.Stat(p); err == nil && !st.IsDir() {
-			return p, nil
-		}
-	}
-	p, err := exec.LookPath("kite")
-	if err != nil {
-		return "", fmt.Errorf("no kite binary next to kite-bench or in $PATH (build one: go build -o /tmp/kite ./cmd/kite, then --kite-binary /tmp/kite): %w", err)
-	}
-	return filepath.Abs(p)
 }
 
 // cluster is the servers of one kind that share one store: one process,
@@ -289,23 +262,11 @@ func (c *cluster) exited() error {
 				p.exitLogged = true
 				p.log.Error("server exited", "server", p.name, "error", p.waitErr(), "log", p.logTail())
 			}
-			errs = append(errs, fmt.Errorf("%s exited (%v): %s", p.name, p.waitErr(), p.exitReason()))
+			errs = append(errs, fmt.Errorf("%s exited (%v): %s", p.name, p.waitErr(), testenv.ExitReason(p.logTail())))
 		default:
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// exitReason is the line of the server's log that best says why it
-// exited: the first panic or fatal error, else the last line.
-func (p *serverProc) exitReason() string {
-	lines := strings.Split(p.logTail(), "\n")
-	for _, l := range lines {
-		if strings.HasPrefix(l, "panic:") || strings.HasPrefix(l, "fatal error:") {
-			return l
-		}
-	}
-	return lines[len(lines)-1]
 }
 
 func (c *cluster) stop() {
@@ -327,7 +288,7 @@ func (c *cluster) restartExited(ctx context.Context, cfg *config) error {
 			continue
 		}
 		p.log.Warn("restarting server that exited", "server", p.name, "error", p.waitErr())
-		if err := p.launch(ctx, cfg.startupWait); err != nil {
+		if err := p.launch(ctx, cfg.StartupWait); err != nil {
 			return fmt.Errorf("restart %s: %w", p.name, err)
 		}
 	}
@@ -349,7 +310,7 @@ func startServer(ctx context.Context, cfg *config, log *slog.Logger, kind server
 	}
 	p.env, p.secret = env, secret
 	p.argv = kind.argv(member{name: name, dataDir: p.dataDir(), clientURL: p.endpoint})
-	if err := p.launch(ctx, cfg.startupWait); err != nil {
+	if err := p.launch(ctx, cfg.StartupWait); err != nil {
 		p.stop()
 		return nil, err
 	}
@@ -359,7 +320,7 @@ func startServer(ctx context.Context, cfg *config, log *slog.Logger, kind server
 // newServerProc makes the temporary directory of a server that will serve
 // clients on the loopback port; it starts nothing.
 func newServerProc(cfg *config, log *slog.Logger, name string, port int) (*serverProc, error) {
-	dir, err := os.MkdirTemp(cfg.workDir, "kite-bench-"+name+"-")
+	dir, err := os.MkdirTemp(cfg.WorkDir, "kite-bench-"+name+"-")
 	if err != nil {
 		return nil, fmt.Errorf("create data dir for %s: %w", name, err)
 	}
@@ -426,34 +387,13 @@ func (p *serverProc) waitErr() error {
 	return p.proc.Err()
 }
 
-// waitReady polls Status until the server answers, the process exits, or
+// waitReady waits until the server answers, the process exits, or
 // timeout passes.
 func (p *serverProc) waitReady(ctx context.Context, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	// A nop logger: clientv3 would log every refused dial while the server boots.
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{p.endpoint}, DialTimeout: time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return fmt.Errorf("client for %s: %w", p.name, err)
+	if err := testenv.WaitReady(ctx, p.endpoint, p.proc, timeout); err != nil {
+		return fmt.Errorf("%s %w; its log ends:\n%s", p.name, err, p.logTail())
 	}
-	defer cli.Close()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		attempt, attemptCancel := context.WithTimeout(ctx, time.Second)
-		_, err := cli.Status(attempt, p.endpoint)
-		attemptCancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-p.exited:
-			return fmt.Errorf("%s exited while starting (%v); its log ends:\n%s", p.name, p.waitErr(), p.logTail())
-		case <-ctx.Done():
-			return fmt.Errorf("%s not ready after %s (last error: %w); its log ends:\n%s", p.name, timeout, err, p.logTail())
-		case <-tick.C:
-		}
-	}
+	return nil
 }
 
 // Fields of /proc/PID/status that kite-bench reads.
@@ -489,17 +429,14 @@ func (p *serverProc) stop() {
 	}
 }
 
-// logTail returns the last lines of the server's log.
+// logTail returns the last lines of the server's log, the password it
+// was given masked.
 func (p *serverProc) logTail() string {
-	b, err := os.ReadFile(p.logPath)
-	if err != nil {
-		return "(no log: " + err.Error() + ")"
-	}
+	tail := testenv.LogFileTail(p.logPath, 20)
 	if p.secret != "" {
-		b = bytes.ReplaceAll(b, []byte(p.secret), []byte("xxxxx"))
+		tail = strings.ReplaceAll(tail, p.secret, "xxxxx")
 	}
-	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
-	return string(bytes.Join(lines[max(0, len(lines)-20):], []byte("\n")))
+	return tail
 }
 
 // checkLoopback refuses endpoints off this machine: a benchmark generates

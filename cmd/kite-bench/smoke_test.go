@@ -22,8 +22,8 @@ import (
 // TestMain lets --compare re-execute the test binary as the reference etcd,
 // exactly as it re-executes kite-bench.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == etcdServerCommand {
-		os.Exit(runEtcdServer(os.Args[2:]))
+	if len(os.Args) > 1 && os.Args[1] == testenv.EtcdServerCommand {
+		os.Exit(testenv.RunEtcdServer("kite-bench", os.Args[2:]))
 	}
 	os.Exit(m.Run())
 }
@@ -39,7 +39,7 @@ func Test_SmokeAgainstEmbeddedEtcd(t *testing.T) {
 	endpoint := "http://127.0.0.1:" + strconv.Itoa(port)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	e, err := startEmbedded(ctx, member{name: "smoke", dataDir: filepath.Join(t.TempDir(), "etcd"), clientURL: endpoint}, 0)
+	e, err := testenv.StartEtcd(ctx, testenv.EtcdConfig{Name: "smoke", Dir: filepath.Join(t.TempDir(), "etcd"), ClientURL: endpoint})
 	if err != nil {
 		t.Fatal(err)
 	}

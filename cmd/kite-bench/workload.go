@@ -158,7 +158,7 @@ func preload(ctx context.Context, e *env, prefix string, n, valSize int) error {
 				if i >= n || ctx.Err() != nil {
 					return
 				}
-				opCtx, opCancel := context.WithTimeout(ctx, e.cfg.opTimeout)
+				opCtx, opCancel := context.WithTimeout(ctx, e.cfg.OpTimeout)
 				_, err := kv.Put(opCtx, key(prefix, i), value)
 				opCancel()
 				if err != nil {
@@ -251,7 +251,7 @@ func closedLoop(ctx context.Context, e *env, label string, clients int, newClien
 				if e.cfg.total > 0 && started.Add(1) > e.cfg.total {
 					return
 				}
-				opCtx, opCancel := context.WithTimeout(runCtx, e.cfg.opTimeout)
+				opCtx, opCancel := context.WithTimeout(runCtx, e.cfg.OpTimeout)
 				t0 := time.Now()
 				err := ops[i](opCtx)
 				d := time.Since(t0)

@@ -150,7 +150,7 @@ func runFailoverRound(ctx context.Context, e *env, mc *memberClients, s spec, ro
 	if err := mc.reconnect(leader); err != nil {
 		return fr, err
 	}
-	if err := caughtUp(ctx, mc, leader, newLeader, prefix+"caught-up", e.cfg.startupWait); err != nil {
+	if err := caughtUp(ctx, mc, leader, newLeader, prefix+"caught-up", e.cfg.StartupWait); err != nil {
 		return fr, fmt.Errorf("%s after its restart: %w", victim.name, err)
 	}
 	fr.rejoin = time.Since(restartAt)

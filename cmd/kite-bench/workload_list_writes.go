@@ -69,7 +69,7 @@ func startPacedWriter(ctx context.Context, e *env, label string, kv clientv3.KV,
 			}
 			// Not cut by stop: a write in flight when the lists end is
 			// answered and counted, so a run never ends without a write.
-			opCtx, opCancel := context.WithTimeout(ctx, e.cfg.opTimeout)
+			opCtx, opCancel := context.WithTimeout(ctx, e.cfg.OpTimeout)
 			k := key(prefix, seq%e.cfg.keys)
 			t0 := time.Now()
 			_, err := kv.Put(opCtx, k, value)

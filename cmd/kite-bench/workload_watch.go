@@ -80,7 +80,7 @@ func watchDelivery(ctx context.Context, e *env, s spec, nw int, watcherConn func
 	// Watching from a fixed start revision makes a watcher that registers
 	// late replay what it missed instead of losing it: "missed" then means
 	// the server lost an event, never that the benchmark started too early.
-	headCtx, headCancel := context.WithTimeout(ctx, e.cfg.opTimeout)
+	headCtx, headCancel := context.WithTimeout(ctx, e.cfg.OpTimeout)
 	head, err := writer.Get(headCtx, prefix, clientv3.WithCountOnly())
 	headCancel()
 	if err != nil {
@@ -167,7 +167,7 @@ func writeEvents(ctx context.Context, e *env, kv clientv3.KV, prefix string, n i
 				time.Sleep(d)
 			}
 		}
-		opCtx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
+		opCtx, cancel := context.WithTimeout(ctx, e.cfg.OpTimeout)
 		_, err := kv.Put(opCtx, key(prefix, seq), value)
 		cancel()
 		if err != nil {

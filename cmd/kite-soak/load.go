@@ -150,7 +150,7 @@ func (l *soakLoad) preloadLeases(ctx context.Context) error {
 	l.keepaliveStop = stop
 	ttl := int64(l.cfg.keepaliveTTL / time.Second)
 	for i := range l.cfg.keepalives {
-		opCtx, cancel := context.WithTimeout(ctx, l.cfg.opTimeout)
+		opCtx, cancel := context.WithTimeout(ctx, l.cfg.OpTimeout)
 		t0 := time.Now()
 		g, err := kv.Grant(opCtx, ttl)
 		cancel()
@@ -354,7 +354,7 @@ func (l *soakLoad) value(rng *rand.Rand, base int) string {
 // has one writer, which knows its revision. expireBy is when an event's
 // lease should have deleted it (zero for keys without one).
 func (l *soakLoad) txn(ctx context.Context, kv *clientv3.Client, key string, cmp clientv3.Cmp, op clientv3.Op, del bool, expireBy time.Time) (int64, error) {
-	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.opTimeout)
+	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.OpTimeout)
 	defer cancel()
 	t0 := time.Now()
 	resp, err := kv.Txn(opCtx).If(cmp).Then(op).Else(clientv3.OpGet(key)).Commit()
@@ -392,7 +392,7 @@ func (l *soakLoad) eventLease(ctx context.Context, kv *clientv3.Client, ev *even
 	if valid && sufficient && ev.attached <= leaseMaxObjects {
 		return ev.id, ev.expires.Add(expiryGrace), nil
 	}
-	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.opTimeout)
+	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.OpTimeout)
 	defer cancel()
 	g, err := kv.Grant(opCtx, int64((ttl + reuse).Seconds()))
 	t1 := time.Now()
@@ -423,7 +423,7 @@ func (l *soakLoad) createEvent(ctx context.Context, kv *clientv3.Client, ev *eve
 // list reads prefix in pages of 500 as kube-apiserver paginates: the first
 // page at the latest revision, every further page at that revision.
 func (l *soakLoad) list(ctx context.Context, kv *clientv3.Client, prefix string) {
-	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.opTimeout)
+	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.OpTimeout)
 	defer cancel()
 	end := clientv3.GetPrefixRangeEnd(prefix)
 	t0 := time.Now()
@@ -471,7 +471,7 @@ func (l *soakLoad) compactor(ctx context.Context, kv *clientv3.Client) {
 // compact is one cycle of compactor; it returns the compaction's logical
 // time and the current revision, or on error what it was given.
 func (l *soakLoad) compact(ctx context.Context, kv *clientv3.Client, t, rev int64) (int64, int64) {
-	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.opTimeout)
+	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.OpTimeout)
 	defer cancel()
 	t0 := time.Now()
 	resp, err := kv.Txn(opCtx).If(clientv3.Compare(clientv3.Version(compactRevKey), "=", t)).

@@ -7,7 +7,7 @@
 //	kite-soak --smoke --servers kite --kite-binary ./kite   (CI: 90 s)
 //
 // The reference etcd runs in its own process (the hidden etcd-server
-// subcommand, etcd_server.go), so its memory can be read from /proc and
+// subcommand, testenv.RunEtcdServer), so its memory can be read from /proc and
 // its CPU does not mix with the load generator's.
 package main
 
@@ -25,15 +25,18 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/kite-db/kite/internal/testenv"
 )
 
 // soakConfig is everything the soak's flags decide. Rates are per second
 // and per server: each server gets the same load from its own driver.
 type soakConfig struct {
-	servers    []string // "etcd", "kite"
-	kiteBinary string
-	out        string
-	workDir    string
+	// testenv.ToolFlags: --kite-binary, --work-dir, --startup-timeout,
+	// --op-timeout and --log-level.
+	testenv.ToolFlags
+	servers []string // "etcd", "kite"
+	out     string
 
 	duration    time.Duration
 	sampleEvery time.Duration
@@ -57,8 +60,6 @@ type soakConfig struct {
 	growthFactor float64
 	growthSlack  int64 // bytes
 
-	opTimeout   time.Duration
-	startupWait time.Duration
 }
 
 // Names of --servers.
@@ -68,8 +69,8 @@ const (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == etcdServerCommand {
-		os.Exit(runEtcdServer(os.Args[2:]))
+	if len(os.Args) > 1 && os.Args[1] == testenv.EtcdServerCommand {
+		os.Exit(testenv.RunEtcdServer("kite-soak", os.Args[2:]))
 	}
 	os.Exit(runSoakMain(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -101,13 +102,13 @@ func parseSoakFlags(args []string, stderr io.Writer) (*soakConfig, slog.Level, e
 	cfg := &soakConfig{}
 	fs := flag.NewFlagSet("kite-soak", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var servers, logLevel string
+	var servers string
 	var smoke bool
 	var slackMiB float64
 	fs.StringVar(&servers, "servers", "etcd,kite", "servers to soak side by side, each under its own identical load: etcd, kite or both")
-	fs.StringVar(&cfg.kiteBinary, "kite-binary", "", "kite binary (default: kite next to kite-soak, then $PATH); \"etcd\" soaks a second reference etcd in its place")
+	cfg.ToolFlags.Register(fs, "kite binary (default: kite next to kite-soak, then $PATH); \"etcd\" soaks a second reference etcd in its place",
+		"parent of the servers' temporary data directories (default: $TMPDIR)")
 	fs.StringVar(&cfg.out, "out", "soak-out", "directory for samples.csv, samples.jsonl, summary.json and one PNG chart per measure")
-	fs.StringVar(&cfg.workDir, "work-dir", "", "parent of the servers' temporary data directories (default: $TMPDIR)")
 	fs.DurationVar(&cfg.duration, "duration", 60*time.Minute, "length of the load (the default rates make an hour of it about a day of a 50-node cluster's churn)")
 	fs.DurationVar(&cfg.sampleEvery, "sample-interval", 30*time.Second, "how often each measure is recorded (not given: --duration/120, at least 5s)")
 	fs.IntVar(&cfg.objects, "objects", 5000, "live objects (1-2 KiB) under /registry/<resource>/<ns>/<name>, kept about constant")
@@ -124,9 +125,6 @@ func parseSoakFlags(args []string, stderr io.Writer) (*soakConfig, slog.Level, e
 	fs.DurationVar(&cfg.listEvery, "list-interval", 10*time.Second, "how often one resource prefix is listed in pages of 500")
 	fs.Float64Var(&cfg.growthFactor, "growth-factor", 1.5, "fail if the db (or WAL) size in the last third of the run exceeds this factor times its size at the end of the first third, plus --growth-slack")
 	fs.Float64Var(&slackMiB, "growth-slack", 16, "MiB of db growth allowed beyond --growth-factor (the WAL gets 64 MiB more: one etcd WAL segment)")
-	fs.DurationVar(&cfg.opTimeout, "op-timeout", 30*time.Second, "deadline of a single request")
-	fs.DurationVar(&cfg.startupWait, "startup-timeout", 60*time.Second, "how long a started server may take to answer")
-	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&smoke, "smoke", false, "compressed timings for CI: 90 s, a small live set, compaction every 10 s (flags given explicitly still win)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `kite-soak: an endurance test. Objects created, updated and deleted,
@@ -146,9 +144,9 @@ Flags:
 	if fs.NArg() > 0 {
 		return nil, 0, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-		return nil, 0, fmt.Errorf("--log-level: %w", err)
+	level, err := cfg.LogLevel()
+	if err != nil {
+		return nil, 0, err
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -222,7 +220,7 @@ func validateSoak(cfg *soakConfig) error {
 	switch {
 	case len(cfg.servers) == 0:
 		return errors.New("--servers names no server")
-	case cfg.duration <= 0 || cfg.sampleEvery <= 0 || cfg.opTimeout <= 0:
+	case cfg.duration <= 0 || cfg.sampleEvery <= 0 || cfg.OpTimeout <= 0:
 		return errors.New("--duration, --sample-interval and --op-timeout must be positive")
 	case cfg.sampleEvery > cfg.duration/3:
 		return errors.New("--sample-interval must be at most a third of --duration (the growth check compares thirds)")

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -39,16 +36,16 @@ type soakProc struct {
 // with the flags kite-bench gives it. --kite-binary etcd stands a second
 // reference etcd in for kite, which proves the soak on etcd-vs-etcd.
 func soakArgv(name string, cfg *soakConfig) (func(dataDir, clientURL string) []string, error) {
-	if name == soakEtcd || cfg.kiteBinary == "etcd" {
+	if name == soakEtcd || cfg.KiteBinary == "etcd" {
 		self, err := os.Executable()
 		if err != nil {
 			return nil, fmt.Errorf("find own executable for the reference etcd: %w", err)
 		}
 		return func(dataDir, clientURL string) []string {
-			return []string{self, etcdServerCommand, "--name", name, "--data-dir", dataDir, "--listen", clientURL}
+			return []string{self, testenv.EtcdServerCommand, "--name", name, "--data-dir", dataDir, "--listen", clientURL}
 		}, nil
 	}
-	path, err := findKite(cfg.kiteBinary)
+	path, err := testenv.FindKite(cfg.KiteBinary)
 	if err != nil {
 		return nil, err
 	}
@@ -58,29 +55,6 @@ func soakArgv(name string, cfg *soakConfig) (func(dataDir, clientURL string) []s
 	}, nil
 }
 
-// findKite resolves --kite-binary, or looks for kite next to kite-soak and
-// then in $PATH.
-func findKite(binary string) (string, error) {
-	if binary != "" {
-		p, err := exec.LookPath(binary)
-		if err != nil {
-			return "", fmt.Errorf("--kite-binary %s: %w", binary, err)
-		}
-		return filepath.Abs(p)
-	}
-	if self, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(self), "kite")
-		if st, err := os.Stat(p); err == nil && !st.IsDir() {
-			return p, nil
-		}
-	}
-	p, err := exec.LookPath("kite")
-	if err != nil {
-		return "", fmt.Errorf("no kite binary next to kite-soak or in $PATH (build one: go build -o /tmp/kite ./cmd/kite, then --kite-binary /tmp/kite): %w", err)
-	}
-	return filepath.Abs(p)
-}
-
 // startSoakProc starts the named server on a fresh temporary data dir and
 // a free loopback port, and waits until it answers.
 func startSoakProc(ctx context.Context, cfg *soakConfig, log *slog.Logger, name string, argv func(dataDir, clientURL string) []string) (*soakProc, error) {
@@ -88,7 +62,7 @@ func startSoakProc(ctx context.Context, cfg *soakConfig, log *slog.Logger, name 
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp(cfg.workDir, "kite-soak-"+name+"-")
+	dir, err := os.MkdirTemp(cfg.WorkDir, "kite-soak-"+name+"-")
 	if err != nil {
 		return nil, fmt.Errorf("create data dir for %s: %w", name, err)
 	}
@@ -112,7 +86,7 @@ func startSoakProc(ctx context.Context, cfg *soakConfig, log *slog.Logger, name 
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	log.Info("started server", "server", name, "pid", p.proc.Pid(), "endpoint", p.endpoint, "dir", dir)
-	if err := p.waitReady(ctx, cfg.startupWait); err != nil {
+	if err := p.waitReady(ctx, cfg.StartupWait); err != nil {
 		p.stop()
 		return nil, err
 	}
@@ -122,54 +96,24 @@ func startSoakProc(ctx context.Context, cfg *soakConfig, log *slog.Logger, name 
 // dataDir is the server's data directory, beside its log.
 func (p *soakProc) dataDir() string { return filepath.Join(p.dir, "data") }
 
-// waitReady polls Status until the server answers, the process exits, or
+// waitReady waits until the server answers, the process exits, or
 // timeout passes.
 func (p *soakProc) waitReady(ctx context.Context, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	// A nop logger: clientv3 would log every refused dial while the server boots.
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{p.endpoint}, DialTimeout: time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return fmt.Errorf("client for %s: %w", p.name, err)
+	if err := testenv.WaitReady(ctx, p.endpoint, p.proc, timeout); err != nil {
+		return fmt.Errorf("%s %w; its log ends:\n%s", p.name, err, p.logTail())
 	}
-	defer cli.Close()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		attempt, attemptCancel := context.WithTimeout(ctx, time.Second)
-		_, err := cli.Status(attempt, p.endpoint)
-		attemptCancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-p.proc.Exited():
-			return fmt.Errorf("%s exited while starting (%v); its log ends:\n%s", p.name, p.proc.Err(), p.logTail())
-		case <-ctx.Done():
-			return fmt.Errorf("%s not ready after %s (last error: %w); its log ends:\n%s", p.name, timeout, err, p.logTail())
-		case <-tick.C:
-		}
-	}
+	return nil
 }
 
 // exitErr says why the server is no longer running, with the line of its
-// log that best says why (the first panic or fatal error, else the last
-// line), or is nil while it runs.
+// log that best says why (testenv.ExitReason), or is nil while it runs.
 func (p *soakProc) exitErr() error {
 	select {
 	case <-p.proc.Exited():
 	default:
 		return nil
 	}
-	lines := strings.Split(p.logTail(), "\n")
-	reason := lines[len(lines)-1]
-	for _, l := range lines {
-		if strings.HasPrefix(l, "panic:") || strings.HasPrefix(l, "fatal error:") {
-			reason = l
-			break
-		}
-	}
-	return fmt.Errorf("%s exited (%v): %s", p.name, p.proc.Err(), reason)
+	return fmt.Errorf("%s exited (%v): %s", p.name, p.proc.Err(), testenv.ExitReason(p.logTail()))
 }
 
 // stop asks the server to shut down (SIGTERM), kills it after 15 s, and
@@ -184,14 +128,7 @@ func (p *soakProc) stop() {
 }
 
 // logTail returns the last lines of the server's log.
-func (p *soakProc) logTail() string {
-	b, err := os.ReadFile(p.logPath)
-	if err != nil {
-		return "(no log: " + err.Error() + ")"
-	}
-	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
-	return string(bytes.Join(lines[max(0, len(lines)-20):], []byte("\n")))
-}
+func (p *soakProc) logTail() string { return testenv.LogFileTail(p.logPath, 20) }
 
 // target is a server's connections, each its own gRPC channel.
 type target struct {

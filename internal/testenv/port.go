@@ -2,8 +2,8 @@
 // its load tools (cmd/kite-bench, cmd/kite-soak) share to run servers on
 // this machine: free loopback ports, the kite and kine binaries, child
 // processes that cannot outlive their parent, and the embedded reference
-// etcd. Fresh Postgres databases for tests come from
-// pkg/drivers/postgres/pgtest.
+// etcd. Fresh Postgres databases come from internal/pgadmin (for tests,
+// through pkg/drivers/postgres/pgtest).
 package testenv
 
 import (

@@ -20,6 +20,11 @@ type Process struct {
 	err    error // valid once exited is closed
 }
 
+// exitNoteTime is the clock format of the line NoteExit writes: the
+// time of day to the millisecond, to be set beside the server's own
+// timestamps.
+const exitNoteTime = "15:04:05.000"
+
 // Command says how to start a Process.
 type Command struct {
 	Argv []string
@@ -29,6 +34,10 @@ type Command struct {
 	// os/exec copying goroutines, so it must be safe for that (a
 	// *LogBuffer or an *os.File).
 	Out io.Writer
+	// NoteExit writes a line to Out saying when and how the child
+	// exited, before Exited is closed: a server that dies on its own is
+	// then seen in its log, after the last thing it wrote.
+	NoteExit bool
 }
 
 // Start starts c. The goroutine that waits for the child ends when the
@@ -50,6 +59,9 @@ func Start(c Command) (*Process, error) {
 	p := &Process{cmd: cmd, exited: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
+		if c.NoteExit && c.Out != nil {
+			fmt.Fprintf(c.Out, "----- exited at %s: %v -----\n", time.Now().UTC().Format(exitNoteTime), cmd.ProcessState)
+		}
 		close(p.exited)
 	}()
 	return p, nil
@@ -65,6 +77,13 @@ func (p *Process) Err() error {
 	return p.err
 }
 
+// State is how the process exited (its exit code, or the signal that
+// ended it); it waits until the process has exited.
+func (p *Process) State() *os.ProcessState {
+	<-p.exited
+	return p.cmd.ProcessState
+}
+
 // Pid is the process's id.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
@@ -78,6 +97,16 @@ func (p *Process) Kill() {
 	}
 	_ = p.cmd.Process.Kill()
 	<-p.exited
+}
+
+// Signal sends sig to the process: SIGSTOP and SIGCONT freeze and resume
+// it, which Kill and Stop do not. Signalling a process that has exited is
+// an error (os.ErrProcessDone).
+func (p *Process) Signal(sig os.Signal) error {
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("signal %v to pid %d: %w", sig, p.Pid(), err)
+	}
+	return nil
 }
 
 // Stop asks the process to shut down (SIGTERM), kills it after grace, and

@@ -55,7 +55,7 @@ func (w *writeTx) queuePrefetch(batch *pgx.Batch, keys [][]byte) {
 // cached returns key's live row as this transaction knows it without a
 // read: written by it, or prefetched. ok is false if it does not know.
 func (w *writeTx) cached(key []byte) (kv *mvccpb.KeyValue, ok bool) {
-	if kv, ok := w.pend.live(key); ok {
+	if kv, ok := w.unsent.live(key); ok {
 		return kv, true
 	}
 	kv, ok = w.known[string(key)]

@@ -22,9 +22,9 @@ type reader struct {
 	// it as it appends rows.
 	latest int64
 
-	// pend holds a write transaction's writes not yet sent (nil in a read
+	// unsent holds a write transaction's writes not yet sent (nil in a read
 	// transaction). A read sends them first, in the same round trip.
-	pend *pending
+	unsent *unsentWrites
 
 	// sticky makes the first error final (write transactions): Postgres
 	// aborts the transaction on an error, and nothing after it may commit.
@@ -128,14 +128,14 @@ func (r *reader) queryAfter(ctx context.Context, flush bool, sql string, args ..
 	if err := r.check(); err != nil {
 		return nil, err
 	}
-	if !flush || r.pend == nil || r.pend.empty() {
+	if !flush || r.unsent == nil || r.unsent.empty() {
 		return r.conn.Query(ctx, sql, args...)
 	}
 	b := &pgx.Batch{}
-	n := r.pend.queue(b)
+	n := r.unsent.queue(b)
 	b.Queue(sql, args...)
 	br := r.conn.SendBatch(ctx, b)
-	r.pend.reset()
+	r.unsent.reset()
 	for range n {
 		if _, err := br.Exec(); err != nil {
 			return nil, errors.Join(fmt.Errorf("send pending writes: %w", err), br.Close())

@@ -23,7 +23,7 @@ var _ mvcc.WriteTx = (*writeTx)(nil)
 const endTimeout = 10 * time.Second
 
 // writeTx is a READ COMMITTED transaction that began by locking the
-// revision row. Writes are kept in memory (pending) and sent with the next
+// revision row. Writes are kept in memory (unsentWrites) and sent with the next
 // read, the next CompactBatch, or the COMMIT, each in one round trip.
 type writeTx struct {
 	reader
@@ -35,7 +35,7 @@ type writeTx struct {
 	current, compacted int64
 	beganCompacted     int64
 
-	pend pending
+	unsent unsentWrites
 	// known holds live rows read by Prefetch and kept up to date by this
 	// transaction's writes (nil: the key does not exist); see prefetch.go.
 	known map[string]*mvccpb.KeyValue
@@ -75,7 +75,7 @@ func (b *Backend) beginWrite(ctx context.Context, keys [][]byte) (mvcc.WriteTx, 
 		return nil, classify(fmt.Errorf("begin write: acquire connection: %w", err))
 	}
 	w := &writeTx{reader: reader{conn: pc.Conn(), q: b.q, sticky: true}, b: b, pc: pc}
-	w.reader.pend = &w.pend
+	w.reader.unsent = &w.unsent
 	var h History
 	batch := &pgx.Batch{}
 	batch.Queue(sqlBeginWrite)
@@ -131,13 +131,13 @@ func (w *writeTx) writable(ctx context.Context, what string) error {
 // transaction (a lease revoke of many keys) neither holds them all in
 // memory nor sends one enormous statement.
 func (w *writeTx) flushIfLarge(ctx context.Context) error {
-	if w.pend.rows() < flushRows {
+	if w.unsent.rows() < flushRows {
 		return nil
 	}
 	b := &pgx.Batch{}
-	w.pend.queue(b)
+	w.unsent.queue(b)
 	err := w.conn.SendBatch(ctx, b).Close()
-	w.pend.reset()
+	w.unsent.reset()
 	if err != nil {
 		return w.fail("send pending writes", err)
 	}
@@ -155,10 +155,10 @@ func (w *writeTx) Put(ctx context.Context, kv *mvccpb.KeyValue, sub int64) error
 		return w.fail("put", fmt.Errorf("%w: sub-revision %d out of range", mvcc.ErrTooManyChanges, sub))
 	}
 	key, value := nonNil(kv.Key), nonNil(kv.Value)
-	w.pend.appendLog(kv.ModRevision, int32(sub), key, kv.CreateRevision, kv.Version, kv.Lease, false, value)
+	w.unsent.appendLog(kv.ModRevision, int32(sub), key, kv.CreateRevision, kv.Version, kv.Lease, false, value)
 	live := &mvccpb.KeyValue{Key: key, CreateRevision: kv.CreateRevision,
 		ModRevision: kv.ModRevision, Version: kv.Version, Lease: kv.Lease, Value: value}
-	w.pend.setLive(key, live)
+	w.unsent.setLive(key, live)
 	w.remember(key, live)
 	w.latest = max(w.latest, kv.ModRevision)
 	return w.flushIfLarge(ctx)
@@ -173,8 +173,8 @@ func (w *writeTx) Delete(ctx context.Context, key []byte, rev, sub int64) error 
 		return w.fail("delete", fmt.Errorf("%w: sub-revision %d out of range", mvcc.ErrTooManyChanges, sub))
 	}
 	key = nonNil(key)
-	w.pend.appendLog(rev, int32(sub), key, 0, 0, 0, true, []byte{})
-	w.pend.setLive(key, nil)
+	w.unsent.appendLog(rev, int32(sub), key, 0, 0, 0, true, []byte{})
+	w.unsent.setLive(key, nil)
 	w.remember(key, nil)
 	w.latest = max(w.latest, rev)
 	return w.flushIfLarge(ctx)
@@ -204,7 +204,7 @@ func (w *writeTx) Lease(ctx context.Context, id int64) (mvcc.Lease, bool, error)
 	if err := w.check(); err != nil {
 		return mvcc.Lease{}, false, err
 	}
-	if l, ok := w.pend.leases[id]; ok {
+	if l, ok := w.unsent.leases[id]; ok {
 		return mvcc.Lease{ID: id, TTL: l.ttl}, !l.deleted, nil
 	}
 	return w.lease(ctx, id, false)
@@ -215,7 +215,7 @@ func (w *writeTx) SetRevisions(ctx context.Context, current, compacted int64) er
 	if err := w.writable(ctx, "set revisions"); err != nil {
 		return err
 	}
-	w.pend.setRevisions(current, compacted)
+	w.unsent.setRevisions(current, compacted)
 	w.current, w.compacted = current, compacted
 	w.latest = max(w.latest, current)
 	return nil
@@ -226,7 +226,7 @@ func (w *writeTx) PutLease(ctx context.Context, l mvcc.Lease) error {
 	if err := w.writable(ctx, "put lease"); err != nil {
 		return err
 	}
-	w.pend.setLease(l.ID, l.TTL, false, sqlPutLease, l.ID, l.TTL)
+	w.unsent.setLease(l.ID, l.TTL, false, sqlPutLease, l.ID, l.TTL)
 	w.changed |= mvcc.ChangedLeases
 	return nil
 }
@@ -236,7 +236,7 @@ func (w *writeTx) DeleteLease(ctx context.Context, id int64) error {
 	if err := w.writable(ctx, "delete lease"); err != nil {
 		return err
 	}
-	w.pend.setLease(id, 0, true, sqlDeleteLease, id)
+	w.unsent.setLease(id, 0, true, sqlDeleteLease, id)
 	w.changed |= mvcc.ChangedLeases
 	return nil
 }
@@ -248,7 +248,7 @@ func (w *writeTx) PutAuthState(ctx context.Context, state []byte) error {
 	if err := w.writable(ctx, "put auth state"); err != nil {
 		return err
 	}
-	w.pend.statement(sqlPutAuthState, append([]byte{}, state...))
+	w.unsent.statement(sqlPutAuthState, append([]byte{}, state...))
 	w.changed |= mvcc.ChangedAuth
 	return nil
 }
@@ -262,7 +262,7 @@ func (w *writeTx) PutAlarm(ctx context.Context, a *pb.AlarmMember) error {
 	if err := w.writable(ctx, "put alarm"); err != nil {
 		return err
 	}
-	w.pend.statement(sqlPutAlarm, memberColumn(a.MemberID), int32(a.Alarm))
+	w.unsent.statement(sqlPutAlarm, memberColumn(a.MemberID), int32(a.Alarm))
 	w.changed |= mvcc.ChangedAlarms
 	return nil
 }
@@ -272,7 +272,7 @@ func (w *writeTx) DeleteAlarm(ctx context.Context, a *pb.AlarmMember) error {
 	if err := w.writable(ctx, "delete alarm"); err != nil {
 		return err
 	}
-	w.pend.statement(sqlDeleteAlarm, memberColumn(a.MemberID), int32(a.Alarm))
+	w.unsent.statement(sqlDeleteAlarm, memberColumn(a.MemberID), int32(a.Alarm))
 	w.changed |= mvcc.ChangedAlarms
 	return nil
 }
@@ -290,14 +290,14 @@ func (w *writeTx) CompactBatch(ctx context.Context, compacted, fromRev, toRev in
 		return 0, err
 	}
 	b := &pgx.Batch{}
-	w.pend.queue(b)
+	w.unsent.queue(b)
 	var tag pgconn.CommandTag
 	b.Queue(sqlCompact, fromRev, toRev, compacted).Exec(func(ct pgconn.CommandTag) error {
 		tag = ct
 		return nil
 	})
 	err := w.conn.SendBatch(ctx, b).Close()
-	w.pend.reset()
+	w.unsent.reset()
 	if err != nil {
 		return 0, w.fail("compact", err)
 	}
@@ -317,13 +317,13 @@ func (w *writeTx) Commit() error {
 	if err := w.check(); err != nil {
 		return errors.Join(fmt.Errorf("commit: %w", err), w.Rollback())
 	}
-	if w.dirty && !w.pend.revisions {
+	if w.dirty && !w.unsent.revisions {
 		// Every write records its timeline, a batch that moved no
 		// revision (a lease grant) too.
-		w.pend.setRevisions(w.current, w.compacted)
+		w.unsent.setRevisions(w.current, w.compacted)
 	}
 	b := &pgx.Batch{}
-	w.pend.queue(b)
+	w.unsent.queue(b)
 	if w.dirty {
 		changed := w.changed
 		if w.compacted != w.beganCompacted {
@@ -343,7 +343,7 @@ func (w *writeTx) Commit() error {
 	if observe := w.b.observeCommit.Load(); observe != nil && err == nil {
 		(*observe)(time.Since(start))
 	}
-	w.pend.reset()
+	w.unsent.reset()
 	if err == nil && tag.String() != "COMMIT" {
 		err = fmt.Errorf("server answered %q", tag.String())
 	}

@@ -9,16 +9,14 @@ package pgtest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"net/url"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/kite-db/kite/internal/pgadmin"
 )
 
 // DefaultAdminDSN is used when KITE_TEST_POSTGRES is not set.
@@ -45,13 +43,12 @@ func NewDatabase(t testing.TB) string {
 		unreachable(t, admin, err)
 	}
 	defer conn.Close(context.Background())
-	var id [6]byte
-	if _, err := rand.Read(id[:]); err != nil {
-		t.Fatalf("pgtest: random database name: %v", err)
+	name, err := pgadmin.NewName("kite_test_", 6)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
 	}
-	name := "kite_test_" + hex.EncodeToString(id[:])
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		t.Fatalf("pgtest: create database %s: %v", name, err)
+	if err := pgadmin.Create(ctx, conn, name); err != nil {
+		t.Fatalf("pgtest: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -62,11 +59,11 @@ func NewDatabase(t testing.TB) string {
 			return
 		}
 		defer conn.Close(context.Background())
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-			t.Errorf("pgtest: drop database %s: %v", name, err)
+		if err := pgadmin.Drop(ctx, conn, name); err != nil {
+			t.Errorf("pgtest: %v", err)
 		}
 	})
-	dsn, err := withDatabase(admin, name)
+	dsn, err := pgadmin.WithDatabase(admin, name)
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
@@ -87,23 +84,4 @@ func unreachable(t testing.TB, admin string, err error) {
 		t.Fatal(msg)
 	}
 	t.Skip(msg)
-}
-
-// withDatabase returns admin with its database replaced by name.
-func withDatabase(admin, name string) (string, error) {
-	if strings.HasPrefix(admin, "postgres://") || strings.HasPrefix(admin, "postgresql://") {
-		u, err := url.Parse(admin)
-		if err != nil {
-			return "", fmt.Errorf("parse KITE_TEST_POSTGRES as a URL: %w", err)
-		}
-		u.Path = "/" + name
-		q := u.Query()
-		if q.Has("dbname") {
-			q.Set("dbname", name)
-			u.RawQuery = q.Encode()
-		}
-		return u.String(), nil
-	}
-	// key=value: a later keyword overrides an earlier one.
-	return admin + " dbname=" + name, nil
 }

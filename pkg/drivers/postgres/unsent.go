@@ -5,14 +5,14 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
-// pending is what a write transaction has written and not yet sent. Log
-// rows are kept as columns and sent as arrays, one INSERT for all of them;
-// the live index keeps only each key's final state, since a batch may put,
-// delete and put a key again and only the last counts (ON CONFLICT DO
-// UPDATE may not touch a row twice in one statement anyway). Lease, alarm
-// and auth state writes are rare and order-sensitive: they stay single
-// statements, in call order.
-type pending struct {
+// unsentWrites is what a write transaction has written and not yet sent.
+// Log rows are kept as columns and sent as arrays, one INSERT for all of
+// them; the live index keeps only each key's final state, since a batch
+// may put, delete and put a key again and only the last counts (ON
+// CONFLICT DO UPDATE may not touch a row twice in one statement
+// anyway). Lease, alarm and auth state writes are rare and
+// order-sensitive: they stay single statements, in call order.
+type unsentWrites struct {
 	logRev, logCreate, logVersion, logLease []int64
 	logSub                                  []int32
 	logDeleted                              []bool
@@ -39,7 +39,7 @@ type leaseChange struct {
 	deleted bool
 }
 
-func (p *pending) appendLog(rev int64, sub int32, key []byte, create, version, lease int64, deleted bool, value []byte) {
+func (p *unsentWrites) appendLog(rev int64, sub int32, key []byte, create, version, lease int64, deleted bool, value []byte) {
 	p.logRev = append(p.logRev, rev)
 	p.logSub = append(p.logSub, sub)
 	p.logKey = append(p.logKey, key)
@@ -51,7 +51,7 @@ func (p *pending) appendLog(rev int64, sub int32, key []byte, create, version, l
 }
 
 // setLive records key's new live row (nil: no live row).
-func (p *pending) setLive(key []byte, kv *mvccpb.KeyValue) {
+func (p *unsentWrites) setLive(key []byte, kv *mvccpb.KeyValue) {
 	if p.liveIdx == nil {
 		p.liveIdx = make(map[string]int)
 	}
@@ -65,7 +65,7 @@ func (p *pending) setLive(key []byte, kv *mvccpb.KeyValue) {
 }
 
 // live returns key's pending live row; ok is false if key has none pending.
-func (p *pending) live(key []byte) (kv *mvccpb.KeyValue, ok bool) {
+func (p *unsentWrites) live(key []byte) (kv *mvccpb.KeyValue, ok bool) {
 	i, ok := p.liveIdx[string(key)]
 	if !ok {
 		return nil, false
@@ -73,15 +73,15 @@ func (p *pending) live(key []byte) (kv *mvccpb.KeyValue, ok bool) {
 	return p.liveKVs[i], true
 }
 
-func (p *pending) setRevisions(current, compacted int64) {
+func (p *unsentWrites) setRevisions(current, compacted int64) {
 	p.revisions, p.current, p.compacted = true, current, compacted
 }
 
-func (p *pending) statement(sql string, args ...any) {
+func (p *unsentWrites) statement(sql string, args ...any) {
 	p.stmts = append(p.stmts, statement{sql: sql, args: args})
 }
 
-func (p *pending) setLease(id, ttl int64, deleted bool, sql string, args ...any) {
+func (p *unsentWrites) setLease(id, ttl int64, deleted bool, sql string, args ...any) {
 	if p.leases == nil {
 		p.leases = make(map[int64]leaseChange)
 	}
@@ -89,17 +89,17 @@ func (p *pending) setLease(id, ttl int64, deleted bool, sql string, args ...any)
 	p.statement(sql, args...)
 }
 
-func (p *pending) empty() bool {
+func (p *unsentWrites) empty() bool {
 	return len(p.logRev) == 0 && len(p.liveKeys) == 0 && !p.revisions && len(p.stmts) == 0
 }
 
 // rows is how many log rows and statements are pending.
-func (p *pending) rows() int { return len(p.logRev) + len(p.stmts) }
+func (p *unsentWrites) rows() int { return len(p.logRev) + len(p.stmts) }
 
 // queue adds the pending writes to b and returns how many statements it
 // queued. The tables are independent, so only the order within a table
 // matters.
-func (p *pending) queue(b *pgx.Batch) int {
+func (p *unsentWrites) queue(b *pgx.Batch) int {
 	n := b.Len()
 	if len(p.logRev) > 0 {
 		b.Queue(sqlInsertLog, p.logRev, p.logSub, p.logKey, p.logCreate, p.logVersion,
@@ -139,6 +139,6 @@ func (p *pending) queue(b *pgx.Batch) int {
 
 // reset forgets what was queued. The slices are dropped, not reused: a
 // sent batch may still refer to them.
-func (p *pending) reset() {
-	*p = pending{}
+func (p *unsentWrites) reset() {
+	*p = unsentWrites{}
 }
