@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -40,9 +41,19 @@ func GoBuild(root, out, pkg string, flags ...string) error {
 // kite, so a build flag every test kite needs is added here alone: the
 // kitetest tag compiles in the test hooks (fault endpoints, a DNS resolver
 // override, a copy pause) that a release binary does not have.
+//
+// With KITE_TEST_RACE=1 kite is built with the race detector: the
+// end-to-end tests run kite as a process of its own, so go test -race
+// would instrument only the test side. A race-built kite reports where
+// GORACE says (CI sets log_path and fails on any report, since the tests
+// SIGKILL kite and never see its exit status).
 func BuildKite(root, dir string) (string, error) {
 	bin := filepath.Join(dir, "kite")
-	if err := GoBuild(root, bin, "./cmd/kite", "-tags", "kitetest"); err != nil {
+	flags := []string{"-tags", "kitetest"}
+	if os.Getenv("KITE_TEST_RACE") == "1" {
+		flags = append(flags, "-race")
+	}
+	if err := GoBuild(root, bin, "./cmd/kite", flags...); err != nil {
 		return "", err
 	}
 	return bin, nil

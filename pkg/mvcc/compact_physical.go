@@ -158,7 +158,12 @@ func (c *physicalCompactor) stepFrom(ctx context.Context, target, from int64) (i
 		next = end + 1
 		return nil
 	})
-	if err == nil && start > 0 {
+	if err != nil {
+		// The writer may still be running fn (the wait ended with ctx or
+		// Close): what fn writes is not ours to read.
+		return 0, err
+	}
+	if start > 0 {
 		// From the step's first statement to the end of its commit: what
 		// a write queued behind it waits.
 		held := time.Since(began)
@@ -168,7 +173,7 @@ func (c *physicalCompactor) stepFrom(ctx context.Context, target, from int64) (i
 			c.step = nextStep(c.step, held, c.maxStep)
 		}
 	}
-	return next, err
+	return next, nil
 }
 
 func (c *physicalCompactor) advance(to int64) {

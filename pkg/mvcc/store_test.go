@@ -340,3 +340,63 @@ func TestIsReadOnlyTxn(t *testing.T) {
 		}
 	}
 }
+
+// stallCompactBackend's compaction steps block until the Store's context
+// ends, so that Close lands while a step is running on the writer.
+type stallCompactBackend struct {
+	mvcc.Backend
+	stepping chan struct{} // closed when the first step is blocked
+	once     sync.Once
+}
+
+func (b *stallCompactBackend) BeginWrite(ctx context.Context) (mvcc.WriteTx, error) {
+	tx, err := b.Backend.BeginWrite(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &stallCompactTx{WriteTx: tx, b: b}, nil
+}
+
+type stallCompactTx struct {
+	mvcc.WriteTx
+	b *stallCompactBackend
+}
+
+func (tx *stallCompactTx) CompactBatch(ctx context.Context, _, _, _ int64) (int64, error) {
+	tx.b.once.Do(func() { close(tx.b.stepping) })
+	<-ctx.Done()
+	return 0, nil
+}
+
+// TestStore_CloseDuringCompactionStep: Close ends the compactor's wait for
+// a step the writer is still running. Under -race this shows the compactor
+// reading nothing the step's transaction writes once it has stopped
+// waiting for it.
+func TestStore_CloseDuringCompactionStep(t *testing.T) {
+	ctx := context.Background()
+	sb, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "kite.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatalf("open sqlite: %v", err)
+	}
+	defer sb.Close()
+	b := &stallCompactBackend{Backend: sb, stepping: make(chan struct{})}
+	s, err := mvcc.Open(ctx, b, mvcc.Config{})
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	for i := range 10 {
+		put(t, s, fmt.Sprintf("k%d", i%3), fmt.Sprint(i), 0)
+	}
+	cur, _ := s.Revisions()
+	if _, err := s.Compact(ctx, &pb.CompactionRequest{Revision: cur}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-b.stepping:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no compaction step began")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("close store: %v", err)
+	}
+}

@@ -31,17 +31,24 @@ func TestWatchRequestProgress(t *testing.T) {
 }
 
 func TestWatchRequestProgressWaitsForUnsynced(t *testing.T) {
-	h, l := newTestHub(t, func(c *hubConfig) { c.queueLen = 1 })
+	h, l := newTestHub(t, func(c *hubConfig) { c.ringRevisions = 1 })
 	ws := h.newStream()
 	defer ws.Close()
-	watchID(t, ws, &pb.WatchCreateRequest{Key: []byte("k")})
-	// A stream holds at most three responses here (the queue, the batch run
-	// has popped, the one flatten hands out), so the fourth write leaves the
-	// watcher behind whatever the consumer goroutines' pace.
 	for i := range 4 {
-		l.write(put("k", fmt.Sprint(i)))
+		l.write(put("k", fmt.Sprint(i))) // revisions 2..5; the ring keeps 5
 	}
+	// A watcher from revision 2 is caught up from the log, and the read
+	// waits on the gate, so it is unsynced when progress is requested
+	// whatever the goroutines' pace. (Falling behind a full queue is no
+	// such guarantee: a slow stream goroutine lets the catch-up fold
+	// several revisions into one response and sync before the request.)
+	gate := make(chan struct{})
+	l.mu.Lock()
+	l.gate = gate
+	l.mu.Unlock()
+	watchID(t, ws, &pb.WatchCreateRequest{Key: []byte("k"), StartRevision: 2})
 	ws.RequestProgress() // not all synced: dropped, as etcd 3.7 does
+	close(gate)
 	collect(t, ws, 0, 4)
 	expectNone(t, ws, 50*time.Millisecond)
 }

@@ -104,6 +104,8 @@ func (s *Store) enqueueWrite(ctx context.Context, r *pb.InternalRaftRequest) (pr
 }
 
 // maintain runs fn in a write transaction of its own, between batches.
+// Only a nil error means fn has finished: after any other the writer may
+// still be running it, so its caller must not read what fn writes.
 func (s *Store) maintain(ctx context.Context, fn func(ctx context.Context, tx WriteTx) error) error {
 	j := &maintainJob{waiter: newWaiter(), ctx: ctx, fn: fn}
 	return s.enqueue(ctx, j, &j.waiter)
