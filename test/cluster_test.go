@@ -54,6 +54,9 @@ type cluster struct {
 	// prepare, if set, runs for each member before any starts (with the
 	// ports, data dir and token chosen), e.g. to restore a snapshot.
 	prepare func(c *cluster, m *clusterMember)
+	// wrap, if set, changes a member's command before it starts, e.g. to
+	// run it in a network namespace of the test's.
+	wrap func(m *clusterMember, cmd *exec.Cmd)
 }
 
 // clusterMember is one member. It is a kiteProcess so that the fleet
@@ -193,6 +196,9 @@ func (m *clusterMember) start() error { return m.startWith(m.args(m.c.token), ni
 func (m *clusterMember) startWith(args, env []string) error {
 	cmd := memberCommand(m.t, args)
 	cmd.Env = append(cmd.Env, env...)
+	if m.c.wrap != nil {
+		m.c.wrap(m, cmd)
+	}
 	cmd.Stdout, cmd.Stderr = m.log, m.log
 	if err := cmd.Start(); err != nil {
 		return err
