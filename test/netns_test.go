@@ -30,6 +30,7 @@ const nsTable = "kite_partition"
 type netnsNet struct {
 	ns     []string // namespace of member i
 	ips    []string // address of member i
+	veths  []string // root side of member i's link
 	ipPath string
 }
 
@@ -64,9 +65,15 @@ func newNetnsNet(t *testing.T, n int) *netnsNet {
 	tag := fmt.Sprintf("%06x", rand.Uint32()&0xffffff)
 	bridge := "kpb" + tag
 	nw := &netnsNet{ipPath: ipPath}
-	// Registered first, so it runs even when the setup fails half-way;
-	// deleting the bridge and the namespaces removes the veths too.
+	// Registered first, so it runs even when the setup fails half-way.
+	// The veths go first: a deleted namespace lingers in the kernel, its
+	// end of the veth with it, long after the test.
 	t.Cleanup(func() {
+		for _, veth := range nw.veths {
+			if err := nsRun("ip", "link", "delete", veth); err != nil {
+				t.Errorf("remove veth: %v", err)
+			}
+		}
 		for _, ns := range nw.ns {
 			if err := nsRun("ip", "netns", "delete", ns); err != nil {
 				t.Errorf("remove namespace: %v", err)
@@ -97,8 +104,11 @@ func newNetnsNet(t *testing.T, n int) *netnsNet {
 			t.Fatal(err)
 		}
 		nw.ns, nw.ips = append(nw.ns, ns), append(nw.ips, ip)
+		if err := nsRun("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns); err != nil {
+			t.Fatal(err)
+		}
+		nw.veths = append(nw.veths, veth)
 		for _, cmd := range [][]string{
-			{"ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns},
 			{"ip", "link", "set", veth, "master", bridge, "up"},
 			{"ip", "-n", ns, "link", "set", "lo", "up"},
 			{"ip", "-n", ns, "addr", "add", ip + "/24", "dev", "eth0"},
