@@ -55,6 +55,9 @@ type cluster struct {
 	// prepare, if set, runs for each member before any starts (with the
 	// ports, data dir and token chosen), e.g. to restore a snapshot.
 	prepare func(c *cluster, m *clusterMember)
+	// wrap, if set, changes a member's command before it starts, e.g. to
+	// run it in a network namespace of the test's.
+	wrap func(m *clusterMember, cmd *testenv.Command)
 }
 
 // clusterMember is one member. It is a kiteProcess so that the fleet
@@ -188,6 +191,9 @@ func (m *clusterMember) start() error { return m.startWith(m.args(m.c.token), ni
 func (m *clusterMember) startWith(args, env []string) error {
 	c := memberCommand(m.t, args, m.log)
 	c.Env = append(c.Env, env...)
+	if m.c.wrap != nil {
+		m.c.wrap(m, &c)
+	}
 	// A member that dies on its own is then seen in its log.
 	c.NoteExit = true
 	p, err := testenv.Start(c)
