@@ -6,73 +6,11 @@
 // through pkg/drivers/postgres/pgtest).
 package testenv
 
-import (
-	"fmt"
-	"math/rand/v2"
-	"net"
-	"os"
-	"strconv"
-	"strings"
-)
+import "github.com/kite-db/kite/internal/freeport"
 
-// lowestPort is the bottom of the range ports are picked from.
-const lowestPort = 20000
+// FreePort returns a loopback port that was free a moment ago
+// (internal/freeport says how it is picked, and why not by bind(:0)).
+func FreePort() (int, error) { return freeport.One() }
 
-// FreePort returns a loopback port that was free a moment ago, picked
-// below the kernel's ephemeral range. A port from bind(:0) lies inside
-// that range, and a server that is stopped and started again on it (a
-// restarted Postgres, a crashed kite, a raft member killed by a failover)
-// can find it taken by one of the thousands of outgoing connections made
-// meanwhile.
-func FreePort() (int, error) {
-	ports, err := FreePorts(1)
-	if err != nil {
-		return 0, err
-	}
-	return ports[0], nil
-}
-
-// FreePorts returns n distinct loopback ports that were free a moment ago
-// (a raft cluster needs a client and a peer port per member, and two
-// random picks can coincide).
-func FreePorts(n int) ([]int, error) {
-	high := ephemeralLow()
-	ports := make([]int, 0, n)
-	seen := make(map[int]bool, n)
-	for range 1000 * n {
-		if len(ports) == n {
-			break
-		}
-		port := lowestPort + rand.IntN(high-lowestPort)
-		if seen[port] {
-			continue
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		seen[port] = true
-		ports = append(ports, port)
-	}
-	if len(ports) < n {
-		return nil, fmt.Errorf("free port: found %d of %d free in %d-%d", len(ports), n, lowestPort, high-1)
-	}
-	return ports, nil
-}
-
-// ephemeralLow is the first port of the kernel's ephemeral range.
-func ephemeralLow() int {
-	low := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil {
-				low = n
-			}
-		}
-	}
-	if low <= lowestPort+1000 {
-		low = 32768 // an unusual range: fall back to the default's floor
-	}
-	return low
-}
+// FreePorts returns n distinct loopback ports that were free a moment ago.
+func FreePorts(n int) ([]int, error) { return freeport.N(n) }

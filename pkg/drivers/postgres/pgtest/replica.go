@@ -3,7 +3,6 @@ package pgtest
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/kite-db/kite/internal/freeport"
 )
 
 // DefaultBinDir holds the PostgreSQL server binaries (initdb, pg_ctl,
@@ -222,13 +223,13 @@ func chownToPostgres(t testing.TB, dir string) {
 	}
 }
 
-// freePort returns a loopback port nothing listens on now.
+// freePort returns a loopback port that was free a moment ago, below the
+// ephemeral range: the clusters are stopped and started again on theirs.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.One()
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }

@@ -1,4 +1,4 @@
-package testenv
+package freeport
 
 import (
 	"net"
@@ -7,7 +7,7 @@ import (
 )
 
 func TestFreePortsDistinctBelowEphemeral(t *testing.T) {
-	ports, err := FreePorts(6)
+	ports, err := N(6)
 	if err != nil {
 		t.Fatal(err)
 	}
