@@ -35,13 +35,13 @@ func startProfiles(ctx context.Context, cfg *config, log *slog.Logger, t *target
 			name += fmt.Sprintf("-s%d", i)
 		}
 		path := filepath.Join(cfg.profileDir, name+".pprof")
-		url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.endpoint, seconds)
+		url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.Endpoint, seconds)
 		wg.Go(func() {
 			if err := fetchProfile(ctx, url, path, time.Duration(seconds+30)*time.Second); err != nil {
-				log.Warn("CPU profile failed", "server", p.name, "workload", label, "error", err)
+				log.Warn("CPU profile failed", "server", p.Name, "workload", label, "error", err)
 				return
 			}
-			log.Info("wrote CPU profile", "server", p.name, "workload", label, "file", path, "seconds", seconds)
+			log.Info("wrote CPU profile", "server", p.Name, "workload", label, "file", path, "seconds", seconds)
 		})
 	}
 	return wg.Wait

@@ -63,12 +63,12 @@ func startRaftCluster(ctx context.Context, cfg *config, log *slog.Logger, kind s
 		}
 		c.procs = append(c.procs, p)
 		peerURL := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2*i+1]))
-		members[i] = member{name: name, dataDir: p.dataDir(), clientURL: p.endpoint, peerURL: peerURL, token: token}
+		members[i] = member{name: name, dataDir: p.DataDir(), clientURL: p.Endpoint, peerURL: peerURL, token: token}
 		peers[i] = name + "=" + peerURL
 	}
 	for i, p := range c.procs {
 		members[i].initialCluster = strings.Join(peers, ",")
-		p.argv = kind.argv(members[i])
+		p.Argv = kind.argv(members[i])
 	}
 	// Every member first, then the waits: no member serves before a
 	// quorum of them runs.
@@ -79,7 +79,7 @@ func startRaftCluster(ctx context.Context, cfg *config, log *slog.Logger, kind s
 		}
 	}
 	for _, p := range c.procs {
-		if err := p.waitReady(ctx, cfg.StartupWait); err != nil {
+		if err := p.WaitReady(ctx, cfg.StartupWait); err != nil {
 			c.stop()
 			return nil, err
 		}
@@ -95,7 +95,7 @@ func startRaftCluster(ctx context.Context, cfg *config, log *slog.Logger, kind s
 		c.stop()
 		return nil, fmt.Errorf("%s cluster of %d: %w", kind.name, n, err)
 	}
-	log.Info("raft cluster serving", "cluster", kind.name, "members", n, "leader", c.procs[leader].name)
+	log.Info("raft cluster serving", "cluster", kind.name, "members", n, "leader", c.procs[leader].Name)
 	return c, nil
 }
 
@@ -136,9 +136,9 @@ func (m *memberClients) reconnect(i int) error {
 		m.clis[i].Close()
 		m.clis[i] = nil
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.c.procs[i].endpoint}, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.c.procs[i].Endpoint}, Logger: zap.NewNop()})
 	if err != nil {
-		return fmt.Errorf("client for %s: %w", m.c.procs[i].name, err)
+		return fmt.Errorf("client for %s: %w", m.c.procs[i].Name, err)
 	}
 	m.clis[i] = cli
 	return nil
@@ -161,7 +161,7 @@ func (m *memberClients) status(ctx context.Context, i int) (*pb.StatusResponse, 
 	defer cancel()
 	resp, err := pb.NewMaintenanceClient(m.clis[i].ActiveConnection()).Status(ctx, &pb.StatusRequest{})
 	if err != nil {
-		return nil, fmt.Errorf("status of %s: %w", m.c.procs[i].name, err)
+		return nil, fmt.Errorf("status of %s: %w", m.c.procs[i].Name, err)
 	}
 	return resp, nil
 }
@@ -186,9 +186,9 @@ func (m *memberClients) agreed(ctx context.Context, idx []int, not uint64) (uint
 	for k, r := range resps {
 		switch {
 		case r.Leader == 0:
-			return 0, -1, fmt.Errorf("%s knows no leader", m.c.procs[idx[k]].name)
+			return 0, -1, fmt.Errorf("%s knows no leader", m.c.procs[idx[k]].Name)
 		case r.Leader == not:
-			return 0, -1, fmt.Errorf("%s still names the killed member %x its leader", m.c.procs[idx[k]].name, not)
+			return 0, -1, fmt.Errorf("%s still names the killed member %x its leader", m.c.procs[idx[k]].Name, not)
 		case r.Leader != leader:
 			return 0, -1, fmt.Errorf("members name different leaders (%x, %x)", leader, r.Leader)
 		}

@@ -9,30 +9,21 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/kite-db/kite/internal/testenv"
 )
 
 // serverProc is a server process this run started: the reference etcd or
-// kite, each in its own temporary directory (data and log).
+// kite, each in its own temporary directory (data and log), with what
+// kite-bench watches of it.
 type serverProc struct {
-	name     string
-	endpoint string
-	dir      string
-	logPath  string
-	proc     *testenv.Process // nil until started
-	exited   <-chan struct{}  // closed when the process has exited
-	log      *slog.Logger
-	secret   string // masked in the log tails printed
+	*testenv.ToolServer
+	log *slog.Logger
 	// exitLogged: the log of an unexpected exit was printed (only by the
 	// run's goroutine).
 	exitLogged bool
-	argv       []string
-	env        []string // added to the environment
 	// starts counts the process's starts: after a restart its peak memory
 	// (VmHWM) covers only the time since.
 	starts int
@@ -191,7 +182,7 @@ func startCluster(ctx context.Context, cfg *config, log *slog.Logger, kind serve
 func (c *cluster) endpoints() []string {
 	eps := make([]string, len(c.procs))
 	for i, p := range c.procs {
-		eps[i] = p.endpoint
+		eps[i] = p.Endpoint
 	}
 	return eps
 }
@@ -230,7 +221,7 @@ func (c *cluster) peakRSSNodes() ([]int64, error) {
 func (c *cluster) statusNodes(field string) ([]int64, error) {
 	nodes := make([]int64, len(c.procs))
 	for i, p := range c.procs {
-		r, err := testenv.StatusBytes(p.proc.Pid(), field)
+		r, err := testenv.StatusBytes(p.Process().Pid(), field)
 		if err != nil {
 			return nil, err
 		}
@@ -244,7 +235,7 @@ func (c *cluster) restarted() []string {
 	var names []string
 	for _, p := range c.procs {
 		if p.starts > 1 {
-			names = append(names, p.name)
+			names = append(names, p.Name)
 		}
 	}
 	return names
@@ -257,12 +248,12 @@ func (c *cluster) exited() error {
 	var errs []error
 	for _, p := range c.procs {
 		select {
-		case <-p.exited:
+		case <-p.Exited():
 			if !p.exitLogged {
 				p.exitLogged = true
-				p.log.Error("server exited", "server", p.name, "error", p.waitErr(), "log", p.logTail())
+				p.log.Error("server exited", "server", p.Name, "error", p.Err(), "log", p.LogTail())
 			}
-			errs = append(errs, fmt.Errorf("%s exited (%v): %s", p.name, p.waitErr(), testenv.ExitReason(p.logTail())))
+			errs = append(errs, fmt.Errorf("%s exited (%v): %s", p.Name, p.Err(), testenv.ExitReason(p.LogTail())))
 		default:
 		}
 	}
@@ -283,13 +274,13 @@ func (c *cluster) stop() {
 func (c *cluster) restartExited(ctx context.Context, cfg *config) error {
 	for _, p := range c.procs {
 		select {
-		case <-p.exited:
+		case <-p.Exited():
 		default:
 			continue
 		}
-		p.log.Warn("restarting server that exited", "server", p.name, "error", p.waitErr())
+		p.log.Warn("restarting server that exited", "server", p.Name, "error", p.Err())
 		if err := p.launch(ctx, cfg.StartupWait); err != nil {
-			return fmt.Errorf("restart %s: %w", p.name, err)
+			return fmt.Errorf("restart %s: %w", p.Name, err)
 		}
 	}
 	return nil
@@ -308,8 +299,8 @@ func startServer(ctx context.Context, cfg *config, log *slog.Logger, kind server
 	if err != nil {
 		return nil, err
 	}
-	p.env, p.secret = env, secret
-	p.argv = kind.argv(member{name: name, dataDir: p.dataDir(), clientURL: p.endpoint})
+	p.Env, p.Secret = env, secret
+	p.Argv = kind.argv(member{name: name, dataDir: p.DataDir(), clientURL: p.Endpoint})
 	if err := p.launch(ctx, cfg.StartupWait); err != nil {
 		p.stop()
 		return nil, err
@@ -320,30 +311,12 @@ func startServer(ctx context.Context, cfg *config, log *slog.Logger, kind server
 // newServerProc makes the temporary directory of a server that will serve
 // clients on the loopback port; it starts nothing.
 func newServerProc(cfg *config, log *slog.Logger, name string, port int) (*serverProc, error) {
-	dir, err := os.MkdirTemp(cfg.WorkDir, "kite-bench-"+name+"-")
+	ts, err := testenv.NewToolServer(log, cfg.WorkDir, "kite-bench-", name, port)
 	if err != nil {
-		return nil, fmt.Errorf("create data dir for %s: %w", name, err)
+		return nil, err
 	}
-	return &serverProc{
-		name:     name,
-		endpoint: "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-		dir:      dir,
-		logPath:  filepath.Join(dir, "server.log"),
-		log:      log,
-		// Closed: stop on a server that never started has nothing to wait for.
-		exited: closedChan(),
-	}, nil
+	return &serverProc{ToolServer: ts, log: log}, nil
 }
-
-func closedChan() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}
-
-// dataDir is the server's data directory, inside its temporary directory
-// (beside its log).
-func (p *serverProc) dataDir() string { return filepath.Join(p.dir, "data") }
 
 // launch starts the server's process (again, after an exit) with a fresh
 // log, and waits until it answers.
@@ -351,48 +324,18 @@ func (p *serverProc) launch(ctx context.Context, timeout time.Duration) error {
 	if err := p.start(); err != nil {
 		return err
 	}
-	return p.waitReady(ctx, timeout)
+	return p.WaitReady(ctx, timeout)
 }
 
 // start starts the server's process (again, after an exit) with a fresh
-// log; it does not wait for it to answer. The process dies with
-// kite-bench (testenv.Start), so no orphan keeps a port or burns the
-// shared CPUs.
+// log; it does not wait for it to answer.
 func (p *serverProc) start() error {
-	p.exited = closedChan()
 	p.exitLogged = false
-	logFile, err := os.Create(p.logPath)
-	if err != nil {
-		return fmt.Errorf("create log of %s: %w", p.name, err)
+	if err := p.Start(); err != nil {
+		return err
 	}
-	// The child has its own descriptor of the log: ours is not needed
-	// once it started.
-	defer logFile.Close()
-	proc, err := testenv.Start(testenv.Command{Argv: p.argv, Env: p.env, Out: logFile})
-	if err != nil {
-		return fmt.Errorf("start %s: %w", p.name, err)
-	}
-	p.proc, p.exited = proc, proc.Exited()
 	p.starts++
 	p.rssSeen = 0
-	p.log.Info("started server", "server", p.name, "pid", proc.Pid(), "endpoint", p.endpoint, "dir", p.dir)
-	return nil
-}
-
-// waitErr is how the process last exited; valid once exited is closed.
-func (p *serverProc) waitErr() error {
-	if p.proc == nil {
-		return nil
-	}
-	return p.proc.Err()
-}
-
-// waitReady waits until the server answers, the process exits, or
-// timeout passes.
-func (p *serverProc) waitReady(ctx context.Context, timeout time.Duration) error {
-	if err := testenv.WaitReady(ctx, p.endpoint, p.proc, timeout); err != nil {
-		return fmt.Errorf("%s %w; its log ends:\n%s", p.name, err, p.logTail())
-	}
 	return nil
 }
 
@@ -402,41 +345,18 @@ const (
 	statusPeakRSS = testenv.StatusPeakRSS
 )
 
-// kill ends the server abruptly (SIGKILL: no shutdown code runs, as in a
-// crash or a power cut) and waits until it has exited. Its directory stays,
-// so it can be started again on the same data.
-func (p *serverProc) kill() {
-	if p.proc != nil {
-		p.proc.Kill()
-	}
-}
-
 // stop asks the server to shut down (SIGTERM), kills it after 15 s, and
 // removes its directory. An unclean exit is logged with the log's tail,
 // since a crash under load is a finding, not noise.
 func (p *serverProc) stop() {
-	if p.proc != nil && p.proc.Stop(15*time.Second) {
-		p.log.Warn("server ignored SIGTERM for 15s; killed it", "server", p.name)
-	}
-	if err := p.waitErr(); err != nil && !p.exitLogged {
+	p.Halt()
+	if err := p.Err(); err != nil && !p.exitLogged {
 		var exitErr *exec.ExitError
 		if !errors.As(err, &exitErr) || exitErr.ExitCode() != 0 {
-			p.log.Warn("server exited uncleanly", "server", p.name, "error", err, "log", p.logTail())
+			p.log.Warn("server exited uncleanly", "server", p.Name, "error", err, "log", p.LogTail())
 		}
 	}
-	if err := os.RemoveAll(p.dir); err != nil {
-		p.log.Warn("remove server dir", "dir", p.dir, "error", err)
-	}
-}
-
-// logTail returns the last lines of the server's log, the password it
-// was given masked.
-func (p *serverProc) logTail() string {
-	tail := testenv.LogFileTail(p.logPath, 20)
-	if p.secret != "" {
-		tail = strings.ReplaceAll(tail, p.secret, "xxxxx")
-	}
-	return tail
+	p.Remove()
 }
 
 // checkLoopback refuses endpoints off this machine: a benchmark generates

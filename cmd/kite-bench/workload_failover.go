@@ -121,11 +121,11 @@ func runFailoverRound(ctx context.Context, e *env, mc *memberClients, s spec, ro
 			survivors = append(survivors, i)
 		}
 	}
-	fr := failoverRound{killed: victim.name}
+	fr := failoverRound{killed: victim.Name}
 	prefix := fmt.Sprintf("%sround-%d/", e.prefix(s.label), round)
 
 	killedAt := time.Now()
-	victim.kill()
+	victim.Kill()
 	var wg sync.WaitGroup
 	var writeErr, leaderErr error
 	var newLeader int
@@ -138,20 +138,20 @@ func runFailoverRound(ctx context.Context, e *env, mc *memberClients, s spec, ro
 	})
 	wg.Wait()
 	if err := errors.Join(writeErr, leaderErr); err != nil {
-		return fr, fmt.Errorf("after killing the leader %s: %w", victim.name, err)
+		return fr, fmt.Errorf("after killing the leader %s: %w", victim.Name, err)
 	}
 
 	// Started, not launched: launch's readiness poll waits out gRPC's
 	// reconnect backoff (a second) and would hide the member's own time.
 	restartAt := time.Now()
 	if err := victim.start(); err != nil {
-		return fr, fmt.Errorf("restart %s: %w", victim.name, err)
+		return fr, fmt.Errorf("restart %s: %w", victim.Name, err)
 	}
 	if err := mc.reconnect(leader); err != nil {
 		return fr, err
 	}
 	if err := caughtUp(ctx, mc, leader, newLeader, prefix+"caught-up", e.cfg.StartupWait); err != nil {
-		return fr, fmt.Errorf("%s after its restart: %w", victim.name, err)
+		return fr, fmt.Errorf("%s after its restart: %w", victim.Name, err)
 	}
 	fr.rejoin = time.Since(restartAt)
 	return fr, nil
@@ -212,14 +212,14 @@ func caughtUp(ctx context.Context, mc *memberClients, restarted, leader int, key
 	defer cancel()
 	put, err := mc.clis[leader].Put(ctx, key, "x")
 	if err != nil {
-		return fmt.Errorf("write through the new leader %s: %w", mc.c.procs[leader].name, err)
+		return fmt.Errorf("write through the new leader %s: %w", mc.c.procs[leader].Name, err)
 	}
 	want := put.Header.Revision
 	p := mc.c.procs[restarted]
 	for {
 		select {
-		case <-p.exited:
-			return fmt.Errorf("exited while starting (%v); its log ends:\n%s", p.waitErr(), p.logTail())
+		case <-p.Exited():
+			return fmt.Errorf("exited while starting (%v); its log ends:\n%s", p.Err(), p.LogTail())
 		default:
 		}
 		// Until the member listens, each refused dial puts its connection
@@ -242,7 +242,7 @@ func caughtUp(ctx context.Context, mc *memberClients, restarted, leader int, key
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("not caught up after %s: %w; its log ends:\n%s", timeout, err, p.logTail())
+			return fmt.Errorf("not caught up after %s: %w; its log ends:\n%s", timeout, err, p.LogTail())
 		case <-time.After(leaderPoll):
 		}
 	}
@@ -256,7 +256,7 @@ func reconnectTarget(ctx context.Context, t *target) error {
 	for i, c := range t.conns {
 		c.ActiveConnection().ResetConnectBackoff()
 		if _, err := c.Get(ctx, "/kite-bench/reconnect", clientv3.WithSerializable()); err != nil {
-			return fmt.Errorf("connection %d to %s after the failovers: %w", i, t.cl.procs[t.server[i]].name, err)
+			return fmt.Errorf("connection %d to %s after the failovers: %w", i, t.cl.procs[t.server[i]].Name, err)
 		}
 	}
 	return nil

@@ -254,7 +254,7 @@ func validateSoak(cfg *soakConfig) error {
 // everything measured on it.
 type soakServer struct {
 	name  string
-	proc  *soakProc
+	proc  *testenv.ToolServer
 	t     *target
 	stats *soakStats
 	watch *soakWatch
@@ -272,7 +272,7 @@ func runSoak(ctx context.Context, cfg *soakConfig, log *slog.Logger, stdout io.W
 	defer func() {
 		for _, s := range servers {
 			s.t.close()
-			s.proc.stop()
+			s.proc.Stop()
 		}
 	}()
 	for _, name := range cfg.servers {
@@ -284,9 +284,9 @@ func runSoak(ctx context.Context, cfg *soakConfig, log *slog.Logger, stdout io.W
 		if err != nil {
 			return false, err
 		}
-		t, err := connect(name, p.endpoint, soakConns)
+		t, err := connect(name, p.Endpoint, soakConns)
 		if err != nil {
-			p.stop()
+			p.Stop()
 			return false, err
 		}
 		stats := newSoakStats(name, log)

@@ -115,7 +115,7 @@ func sampleEvery(ctx context.Context, cfg *soakConfig, log *slog.Logger, servers
 // error once and its drivers are stopped.
 func takeSample(s *soakServer, start, now time.Time, final bool, log *slog.Logger) soakSample {
 	p := s.proc
-	if err := p.exitErr(); err != nil {
+	if err := p.ExitErr(); err != nil {
 		s.stats.fail("server", err)
 		s.load.abort()
 	}
@@ -130,10 +130,10 @@ func takeSample(s *soakServer, start, now time.Time, final bool, log *slog.Logge
 		Revision:    st.revision,
 	}
 	var err error
-	if sm.DBBytes, sm.WALBytes, err = dataSizes(p.dataDir()); err != nil {
+	if sm.DBBytes, sm.WALBytes, err = dataSizes(p.DataDir()); err != nil {
 		log.Warn("sizes of the data files", "server", s.name, "error", err)
 	}
-	if rss, err := testenv.StatusBytes(p.proc.Pid(), testenv.StatusRSS); err == nil {
+	if rss, err := testenv.StatusBytes(p.Process().Pid(), testenv.StatusRSS); err == nil {
 		sm.RSSBytes = rss
 	}
 	if st.writes > 0 {

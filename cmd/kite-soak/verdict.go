@@ -96,7 +96,7 @@ func summarize(cfg *soakConfig, s *soakServer, all []soakSample, end time.Time) 
 		sum.RSSPeakBytes = max(sum.RSSPeakBytes, sm.RSSBytes)
 	}
 	// The kernel's high-water mark also counts peaks between samples.
-	if peak, err := testenv.StatusBytes(s.proc.proc.Pid(), testenv.StatusPeakRSS); err == nil {
+	if peak, err := testenv.StatusBytes(s.proc.Process().Pid(), testenv.StatusPeakRSS); err == nil {
 		sum.RSSPeakBytes = max(sum.RSSPeakBytes, peak)
 	}
 	if n := len(samples); n > 0 {
