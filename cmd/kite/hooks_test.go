@@ -4,13 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/kite-db/kite/internal/freeport"
 )
 
 // TestReleaseBinaryHasNoTestHooks: kite built without -tags kitetest does
@@ -90,13 +91,13 @@ func probeIsolate(t *testing.T, bin string) int {
 	return resp.StatusCode
 }
 
-// loopbackURL is an http URL on a loopback port that was free a moment ago.
+// loopbackURL is an http URL on a loopback port that was free a moment ago
+// (internal/freeport: below the ephemeral range).
 func loopbackURL(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.One()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return fmt.Sprintf("http://%s", l.Addr())
+	return fmt.Sprintf("http://127.0.0.1:%d", port)
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -27,6 +26,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kite-db/kite/internal/freeport"
 	"github.com/kite-db/kite/pkg/drivers/sqlite"
 	"github.com/kite-db/kite/pkg/mvcc"
 )
@@ -43,15 +43,15 @@ type etcdHistory struct {
 	leases             map[int64]*clientv3.LeaseTimeToLiveResponse
 }
 
-// freeLoopbackPort asks the kernel for a port nobody listens on.
+// freeLoopbackPort returns a loopback port that was free a moment ago
+// (internal/freeport: below the ephemeral range).
 func freeLoopbackPort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.One()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // embeddedEtcd is etcd 3.7 running in the test process on loopback ports.
