@@ -359,6 +359,11 @@ type kiteProcess struct {
 	exited <-chan struct{}
 	log    *syncBuffer
 	dev    *etcdServer // KITE_TEST_AGAINST_ETCD=1 only
+	// host is the address it serves clients on, 127.0.0.1 when empty;
+	// wrap, if set, changes its command line before it starts (to run it
+	// in a network namespace).
+	host string
+	wrap func(*testenv.Command)
 }
 
 // startKite starts kite with a fresh data dir and fresh storage of the kind
@@ -376,7 +381,14 @@ func startKite(t testing.TB, extraFlags ...string) *kiteProcess {
 // flags given (storage included: SQLite in dataDir unless they say else).
 func startKiteIn(t testing.TB, dataDir string, extraFlags ...string) *kiteProcess {
 	t.Helper()
-	k := &kiteProcess{server: &server{name: "kite"}, t: t, dataDir: dataDir, flags: extraFlags, log: &syncBuffer{}}
+	return startKiteProc(t, &kiteProcess{server: &server{name: "kite"}, t: t, dataDir: dataDir, flags: extraFlags, log: &syncBuffer{}})
+}
+
+// startKiteProc starts k as its fields say, on a free port, stopped when t
+// ends.
+func startKiteProc(t testing.TB, k *kiteProcess) *kiteProcess {
+	t.Helper()
+	extraFlags := k.flags
 	if againstEtcd {
 		k.dev = startEtcd(t, extraFlags...)
 		k.dev.name = "kite"
@@ -405,7 +417,11 @@ func startKiteIn(t testing.TB, dataDir string, extraFlags ...string) *kiteProces
 }
 
 func (k *kiteProcess) start() error {
-	ep := "http://127.0.0.1:" + strconv.Itoa(k.port)
+	host := k.host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	ep := "http://" + host + ":" + strconv.Itoa(k.port)
 	args := append([]string{
 		"--name", "t",
 		"--data-dir", k.dataDir,
@@ -415,7 +431,11 @@ func (k *kiteProcess) start() error {
 	}, k.flags...)
 	// If the test process dies without cleanup (an embedded etcd that hits
 	// a Fatal exits it), kite dies with it (testenv.Start).
-	p, err := testenv.Start(testenv.Command{Argv: append([]string{kiteBin}, args...), Out: k.log})
+	cmd := testenv.Command{Argv: append([]string{kiteBin}, args...), Out: k.log}
+	if k.wrap != nil {
+		k.wrap(&cmd)
+	}
+	p, err := testenv.Start(cmd)
 	if err != nil {
 		return err
 	}

@@ -208,10 +208,16 @@ func appName(base, role, origin string) string {
 // than the operating system's hours. Until it does, a dead server's
 // session keeps what it holds: the primary lock, or the revision row lock
 // of a write transaction cut off mid-way, which stops every writer.
+// Keepalives probe only an idle connection: when Postgres had sent data
+// the vanished server never acknowledged (the answer to its last
+// statement), TCP retransmits for many minutes instead, so
+// tcp_user_timeout bounds that case the same (Postgres 12 and later on
+// Linux; elsewhere the setting is accepted and ignored).
 func serverKeepalives(params map[string]string) {
 	params["tcp_keepalives_idle"] = "5"
 	params["tcp_keepalives_interval"] = "2"
 	params["tcp_keepalives_count"] = "3"
+	params["tcp_user_timeout"] = "11000" // milliseconds
 }
 
 // dedicated is the configuration of a connection that lives outside the

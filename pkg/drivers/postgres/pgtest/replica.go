@@ -60,27 +60,7 @@ func (p *Pair) URL() string {
 // skipped, except under CI=true, where it fails.
 func NewPair(t testing.TB, synchronous bool) *Pair {
 	t.Helper()
-	bin := os.Getenv("KITE_TEST_POSTGRES_BIN")
-	if bin == "" {
-		bin = DefaultBinDir
-	}
-	for _, tool := range []string{"initdb", "pg_ctl", "pg_basebackup"} {
-		if _, err := os.Stat(filepath.Join(bin, tool)); err != nil {
-			msg := fmt.Sprintf("pgtest: PostgreSQL binaries missing in %s (set KITE_TEST_POSTGRES_BIN): %v", bin, err)
-			if os.Getenv("CI") == "true" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
-		}
-	}
-	// Not t.TempDir: Postgres refuses to run as root, and the postgres
-	// user must be able to reach its directory.
-	dir, err := os.MkdirTemp("", "kite-pgpair-")
-	if err != nil {
-		t.Fatalf("pgtest: %v", err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	chownToPostgres(t, dir)
+	bin, dir := serverDir(t, "kite-pgpair-")
 	p := &Pair{
 		Primary: &Cluster{Dir: filepath.Join(dir, "primary"), Port: freePort(t), bin: bin},
 		Standby: &Cluster{Dir: filepath.Join(dir, "standby"), Port: freePort(t), bin: bin},
@@ -117,6 +97,35 @@ func NewPair(t testing.TB, synchronous bool) *Pair {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return p
+}
+
+// serverDir finds the server binaries and makes the directory the
+// clusters of one test live in, removed when t ends. Without the binaries
+// the test is skipped, except under CI=true, where it fails.
+func serverDir(t testing.TB, prefix string) (bin, dir string) {
+	t.Helper()
+	bin = os.Getenv("KITE_TEST_POSTGRES_BIN")
+	if bin == "" {
+		bin = DefaultBinDir
+	}
+	for _, tool := range []string{"initdb", "pg_ctl", "pg_basebackup"} {
+		if _, err := os.Stat(filepath.Join(bin, tool)); err != nil {
+			msg := fmt.Sprintf("pgtest: PostgreSQL binaries missing in %s (set KITE_TEST_POSTGRES_BIN): %v", bin, err)
+			if os.Getenv("CI") == "true" {
+				t.Fatal(msg)
+			}
+			t.Skip(msg)
+		}
+	}
+	// Not t.TempDir: Postgres refuses to run as root, and the postgres
+	// user must be able to reach its directory.
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	chownToPostgres(t, dir)
+	return bin, dir
 }
 
 // configure appends settings to postgresql.conf: the cluster's port and
