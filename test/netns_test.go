@@ -33,6 +33,7 @@ type netnsNet struct {
 	ns     []string // namespace of member i
 	ips    []string // address of member i
 	veths  []string // root side of member i's link
+	host   string   // the root namespace's address on the bridge
 	ipPath string
 }
 
@@ -66,7 +67,7 @@ func newNetnsNet(t *testing.T, n int) *netnsNet {
 	// also keeps tests of other processes on this machine apart.
 	tag := fmt.Sprintf("%06x", rand.Uint32()&0xffffff)
 	bridge := "kpb" + tag
-	nw := &netnsNet{ipPath: ipPath}
+	nw := &netnsNet{ipPath: ipPath, host: subnet + ".1"}
 	// Registered first, so it runs even when the setup fails half-way.
 	// The veths go first: a deleted namespace lingers in the kernel, its
 	// end of the veth with it, long after the test.
@@ -87,7 +88,7 @@ func newNetnsNet(t *testing.T, n int) *netnsNet {
 	})
 	setup := [][]string{
 		{"ip", "link", "add", bridge, "type", "bridge"},
-		{"ip", "addr", "add", subnet + ".1/24", "dev", bridge},
+		{"ip", "addr", "add", nw.host + "/24", "dev", bridge},
 		{"ip", "link", "set", bridge, "up"},
 	}
 	if err := nsRun(setup[0]...); err != nil {
@@ -177,13 +178,17 @@ func (nw *netnsNet) cluster(t *testing.T, extra ...string) *cluster {
 			m.Endpoint = "http://" + nw.ips[i] + ":" + cport
 			m.peerURL = c.scheme + "://" + nw.ips[i] + ":" + pport
 		},
-		// ip execs the member in place (no fork): the PID the test waits
-		// for and signals is the member's, and Pdeathsig still holds.
-		wrap: func(m *clusterMember, cmd *testenv.Command) {
-			i := slices.Index(m.c.members, m)
-			cmd.Argv = append([]string{nw.ipPath, "netns", "exec", nw.ns[i]}, cmd.Argv...)
-		},
+		wrap: func(m *clusterMember, cmd *testenv.Command) { nw.inNamespace(slices.Index(m.c.members, m))(cmd) },
 	})
+}
+
+// inNamespace makes a command run in namespace i. ip execs it in place (no
+// fork): the PID the test waits for and signals is the server's, and
+// Pdeathsig still holds.
+func (nw *netnsNet) inNamespace(i int) func(*testenv.Command) {
+	return func(cmd *testenv.Command) {
+		cmd.Argv = append([]string{nw.ipPath, "netns", "exec", nw.ns[i]}, cmd.Argv...)
+	}
 }
 
 // drop makes member at's namespace drop packets in chain ("input" or

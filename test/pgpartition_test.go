@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/kite-db/kite/internal/testenv"
 	"github.com/kite-db/kite/pkg/drivers/postgres/pgtest"
 )
 
@@ -33,7 +31,7 @@ func TestPostgresPartitionedServer(t *testing.T) {
 		t.Skip("the servers share a Postgres database: kite's postgres mode")
 	}
 	nw := newNetnsNet(t, 2)
-	host := bridgeAddr(nw)
+	host := nw.host
 	pg := pgtest.NewCluster(t, host)
 	dsn := fmt.Sprintf("postgres://postgres@%s:%d/postgres?sslmode=disable&connect_timeout=2", host, pg.Port)
 	var ks []*kiteProcess
@@ -41,10 +39,7 @@ func TestPostgresPartitionedServer(t *testing.T) {
 		ks = append(ks, startKiteProc(t, &kiteProcess{
 			server: &server{name: fmt.Sprintf("kite%d", i)}, t: t, dataDir: t.TempDir(),
 			flags: []string{"--datastore-endpoint", dsn}, log: &syncBuffer{},
-			host: nw.ips[i],
-			wrap: func(c *testenv.Command) {
-				c.Argv = append([]string{nw.ipPath, "netns", "exec", nw.ns[i]}, c.Argv...)
-			},
+			host: nw.ips[i], wrap: nw.inNamespace(i),
 		}))
 	}
 	a, b := ks[0], ks[1]
@@ -153,10 +148,4 @@ func TestPostgresPartitionedServer(t *testing.T) {
 	}
 	ws.waitFor(t, ks, last)
 	checkOneOrder(t, ws.stop(), last, acks)
-}
-
-// bridgeAddr is the root namespace's address on the test's bridge: the
-// members' subnet, host 1.
-func bridgeAddr(nw *netnsNet) string {
-	return nw.ips[0][:strings.LastIndexByte(nw.ips[0], '.')] + ".1"
 }

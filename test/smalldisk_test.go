@@ -3,9 +3,7 @@ package test
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 )
@@ -23,14 +21,8 @@ type smallDisk struct {
 // where it fails.
 func newSmallDisk(t *testing.T, sizeMiB int) *smallDisk {
 	t.Helper()
-	// Not t.TempDir: a Postgres on the disk runs as the postgres user, who
-	// must reach the directory.
-	dir, err := os.MkdirTemp("", "kite-smalldisk-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := t.TempDir()
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%dm,mode=0755", sizeMiB)); err != nil {
-		os.Remove(dir)
 		msg := fmt.Sprintf("mount a %d MiB tmpfs (needs root): %v", sizeMiB, err)
 		if os.Getenv("CI") == "true" {
 			t.Fatal(msg)
@@ -42,7 +34,6 @@ func newSmallDisk(t *testing.T, sizeMiB int) *smallDisk {
 		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
 			t.Errorf("unmount %s: %v", dir, err)
 		}
-		os.Remove(dir)
 	})
 	return &smallDisk{Dir: dir}
 }
@@ -88,11 +79,3 @@ func (d *smallDisk) release(t *testing.T) {
 }
 
 func (d *smallDisk) filler() string { return filepath.Join(d.Dir, "filler") }
-
-// chown gives the disk to a user (the postgres server's).
-func (d *smallDisk) chown(t *testing.T, user string) {
-	t.Helper()
-	if out, err := exec.Command("chown", user+":", d.Dir).CombinedOutput(); err != nil {
-		t.Fatalf("chown %s: %v: %s", d.Dir, err, strings.TrimSpace(string(out)))
-	}
-}

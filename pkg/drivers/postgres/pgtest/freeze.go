@@ -51,7 +51,7 @@ func (c *Cluster) signalAll(t testing.TB, sig syscall.Signal) {
 		}
 		f := strings.Fields(string(stat)[i+1:])
 		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			if child, err := strconv.Atoi(strings.TrimSuffix(filepath.Base(filepath.Dir(p)), "/")); err == nil {
+			if child, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
 				pids = append(pids, child)
 			}
 		}
