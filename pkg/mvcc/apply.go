@@ -26,6 +26,9 @@ type evaluator struct {
 	compacted int64
 	changes   []Change
 	deleted   bool // the request has deleted a key
+	// expiry: the request is a lease revoke of the expiry loop, checked
+	// against the storage's clock where it keeps one (LeaseExpiryTx).
+	expiry bool
 	// before holds the live rows a txn read while it had not written
 	// yet (liveRow): its compares and the checks of its puts.
 	before map[string]*mvccpb.KeyValue
@@ -77,7 +80,7 @@ type applyResult struct {
 // storage (the batch goes on) rather than failing the storage transaction.
 func isRequestError(err error) bool {
 	for _, e := range []error{ErrCompacted, ErrFutureRev, ErrLeaseNotFound, ErrLeaseExists,
-		ErrLeaseTTLTooLarge, ErrKeyNotFound} {
+		ErrLeaseTTLTooLarge, ErrKeyNotFound, errLeaseRenewed} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -258,6 +261,14 @@ func (a *evaluator) applyLeaseRevoke(r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeR
 		return nil, err
 	case !ok:
 		return nil, ErrLeaseNotFound
+	}
+	if et, ok := a.w.(LeaseExpiryTx); ok && a.expiry {
+		switch expired, err := et.LeaseExpired(a.ctx, r.ID); {
+		case err != nil:
+			return nil, fmt.Errorf("lease %d expired?: %w", r.ID, err)
+		case !expired:
+			return nil, errLeaseRenewed
+		}
 	}
 	keys, err := a.tx.LeaseKeys(a.ctx, r.ID)
 	if err != nil {

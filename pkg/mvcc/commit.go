@@ -24,8 +24,11 @@ type request struct {
 	// with the batch's rows (AppliedIndexTx); 0 for a request this Store
 	// orders itself.
 	index uint64
-	resp  proto.Message
-	err   error
+	// expiry marks a lease revoke asked for by the expiry loop, which the
+	// storage may refuse (sharedSequencer.revokeExpired).
+	expiry bool
+	resp   proto.Message
+	err    error
 }
 
 // committed is one revision made durable by a batch, waiting to be published.
@@ -193,7 +196,7 @@ func (s *Store) applyInTx(tx WriteTx, reqs []*request) (*appliedBatch, error) {
 			r.resp, r.err = b.auth.apply(r.req)
 			continue
 		}
-		a := &evaluator{ctx: s.ctx, tx: tx, w: tx, current: current, compacted: compacted}
+		a := &evaluator{ctx: s.ctx, tx: tx, w: tx, current: current, compacted: compacted, expiry: r.expiry}
 		res, err := a.apply(r.req)
 		if err != nil {
 			if isRequestError(err) && len(a.changes) == 0 {

@@ -66,3 +66,8 @@ var (
 	// restores the database or accepts the loss (docs/failover.md).
 	ErrHistoryLost = errors.New("mvcc: storage history is behind what was served")
 )
+
+// errLeaseRenewed refuses an expiry revoke of a lease that the storage's
+// clock says was renewed within its TTL (LeaseExpiryTx). It never reaches
+// a client: only the expiry loop asks for such revokes.
+var errLeaseRenewed = errors.New("mvcc: lease renewed within its TTL")

@@ -2,12 +2,11 @@ package mvcc
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sort"
 	"sync"
 	"time"
-
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
 // MaxLeaseTTL is etcd's upper bound on a lease TTL in seconds.
@@ -132,6 +131,17 @@ func (l *lessor) expired() []int64 {
 	return ids
 }
 
+// extend restarts the clock of a lease whose expiry revoke the storage
+// refused (errLeaseRenewed).
+func (l *lessor) extend(id int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t, ok := l.leases[id]; ok {
+		t.revoking = false
+		t.expiry = l.now().Add(time.Duration(t.ttl) * time.Second)
+	}
+}
+
 // unmark lets a failed revoke be retried on the next round.
 func (l *lessor) unmark(id int64) {
 	l.mu.Lock()
@@ -157,8 +167,13 @@ func (s *Store) expiryLoop(ctx context.Context, interval time.Duration) {
 			continue
 		}
 		for _, id := range s.lessor.expired() {
-			_, err := s.seq.write(ctx, &pb.InternalRaftRequest{LeaseRevoke: &pb.LeaseRevokeRequest{ID: id}})
+			err := s.seq.revokeExpired(ctx, id)
 			switch {
+			case errors.Is(err, errLeaseRenewed):
+				// Kept alive through a server whose notice this Store
+				// missed: its clock starts again.
+				s.log.Info("expired lease was renewed elsewhere; not revoked", slog.Int64("lease", id))
+				s.lessor.extend(id)
 			case err == nil, isRequestError(err):
 			case ctx.Err() != nil:
 				return

@@ -51,6 +51,12 @@ type sequencer interface {
 
 	// leaseTimeToLive answers from the clocks that decide expiry.
 	leaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error)
+
+	// revokeExpired revokes lease id, whose time is up by this Store's
+	// clock. A sequencer whose storage keeps a clock of its own refuses
+	// the revoke with errLeaseRenewed when that clock says the lease was
+	// renewed within its TTL.
+	revokeExpired(ctx context.Context, id int64) error
 }
 
 // newSequencer picks the sequencer for b. A Shared backend is subscribed
@@ -89,6 +95,16 @@ func (q *localSequencer) sync(context.Context) error        { return nil }
 
 func (q *localSequencer) renewLease(_ context.Context, id int64) (int64, error) {
 	return q.s.lessor.renew(id)
+}
+
+func (q *localSequencer) revokeExpired(ctx context.Context, id int64) error {
+	_, err := q.write(ctx, revokeRequest(id))
+	return err
+}
+
+// revokeRequest is the revoke the expiry loop asks for.
+func revokeRequest(id int64) *pb.InternalRaftRequest {
+	return &pb.InternalRaftRequest{LeaseRevoke: &pb.LeaseRevokeRequest{ID: id}}
 }
 
 func (q *localSequencer) leaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {

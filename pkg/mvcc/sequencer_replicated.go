@@ -58,6 +58,12 @@ func (q *replicatedSequencer) renewLease(ctx context.Context, id int64) (int64, 
 	return q.s.lessor.renew(id)
 }
 
+// The leader's clock alone decides: every renewal reaches it.
+func (q *replicatedSequencer) revokeExpired(ctx context.Context, id int64) error {
+	_, err := q.write(ctx, revokeRequest(id))
+	return err
+}
+
 func (q *replicatedSequencer) leaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
 	if !q.s.primary.Load() {
 		return q.repl.LeaseTimeToLiveAtLeader(ctx, r)

@@ -75,9 +75,27 @@ func (q *sharedSequencer) renewLease(ctx context.Context, id int64) (int64, erro
 		return 0, err
 	}
 	if err := q.shared.RenewLease(ctx, id); err != nil {
-		return 0, fmt.Errorf("announce renewal of lease %d: %w", id, err)
+		if errors.Is(err, ErrLeaseNotFound) {
+			// Revoked through another server, which this one has not heard
+			// of yet: the storage has the last word.
+			return 0, ErrLeaseNotFound
+		}
+		return 0, fmt.Errorf("renew lease %d: %w", id, err)
 	}
 	return ttl, nil
+}
+
+// revokeExpired marks the revoke as an expiry: a Store that missed the
+// renewals made through the other servers (its notices lost, or two
+// Stores briefly both primary) must not revoke a lease kept alive
+// elsewhere. The storage's record of the last renewal, read inside the
+// revoking transaction (LeaseExpiryTx), decides.
+func (q *sharedSequencer) revokeExpired(ctx context.Context, id int64) error {
+	j := &writeJob{waiter: newWaiter(), request: request{ctx: ctx, req: revokeRequest(id), expiry: true}}
+	if err := q.s.enqueue(ctx, j, &j.waiter); err != nil {
+		return err
+	}
+	return j.err
 }
 
 // leaseTimeToLive first syncs: the lease may have been granted or

@@ -19,10 +19,13 @@ type Shared interface {
 	// own commits back to it. The channel is closed by Close.
 	Notices() <-chan Notice
 
-	// RenewLease tells every other Store that lease id was kept alive
-	// here, so that whichever Store runs lease expiry restarts its clock.
-	// Delivery is best effort: a Store that may have missed renewals is
-	// sent a Notice with Resync set and gives every lease its full TTL.
+	// RenewLease records in the storage that lease id was kept alive
+	// (ErrLeaseNotFound if the storage holds no such lease: it was revoked
+	// through another Store) and tells every other Store, so that
+	// whichever runs lease expiry restarts its clock. The record is what
+	// decides (LeaseExpiryTx); the telling is best effort: a Store that may
+	// have missed renewals is sent a Notice with Resync set and gives
+	// every lease its full TTL.
 	RenewLease(ctx context.Context, id int64) error
 
 	// Primary reports changes of this Store's role: true when it becomes
@@ -31,6 +34,21 @@ type Shared interface {
 	// (its lock connection died). The channel is closed by Close; a
 	// Store starts as not primary.
 	Primary() <-chan bool
+}
+
+// LeaseExpiryTx is implemented by the WriteTx of a Shared backend. The
+// Store that runs lease expiry decides by its own clock when a lease is
+// due, but its clock hears of renewals made through the other Stores only
+// by their notices, and while the primary lock changes hands two Stores
+// may both run expiry. Asking the storage, inside the transaction that
+// would revoke the lease, makes the decision safe whatever a Store has
+// heard: a lease renewed where the storage saw it is never revoked early.
+type LeaseExpiryTx interface {
+	// LeaseExpired reports whether lease id (which exists) has gone its
+	// whole TTL since it was granted or last renewed, by the storage's
+	// clock, and keeps any renewal from committing until the transaction
+	// ends: a renewal after the answer finds the lease revoked.
+	LeaseExpired(ctx context.Context, id int64) (bool, error)
 }
 
 // Notice is one message of a Shared backend's feed.

@@ -255,15 +255,19 @@ func (b *Backend) Notices() <-chan mvcc.Notice { return b.listener.ch }
 // Primary implements mvcc.Shared.
 func (b *Backend) Primary() <-chan bool { return b.primary.ch }
 
-// RenewLease implements mvcc.Shared. The notification is sent outside any
-// transaction: it orders with nothing, and a lost one is covered by the
-// Resync that follows a lost listener connection.
+// RenewLease implements mvcc.Shared: the renewal is recorded in the lease's
+// row, where a revoking transaction checks it (writeTx.LeaseExpired), and
+// announced to the other servers (sqlRenewLease).
 func (b *Backend) RenewLease(ctx context.Context, id int64) error {
 	if b.closed.Load() {
 		return mvcc.ErrClosed
 	}
-	if _, err := b.pool.Exec(ctx, sqlNotify, notifyChannel, renewPayload(b.origin, id)); err != nil {
-		return fmt.Errorf("renew lease %d: notify: %w", id, err)
+	tag, err := b.pool.Exec(ctx, sqlRenewLease, id, notifyChannel, renewPayload(b.origin, id))
+	if err != nil {
+		return classify(fmt.Errorf("renew lease %d: %w", id, err))
+	}
+	if tag.RowsAffected() == 0 {
+		return mvcc.ErrLeaseNotFound
 	}
 	return nil
 }

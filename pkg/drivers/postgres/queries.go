@@ -61,8 +61,23 @@ const (
 	sqlPutAuthState = `INSERT INTO kite_auth (state) VALUES ($1)
 		ON CONFLICT (one) DO UPDATE SET state = excluded.state`
 
+	// renewed takes its default, the time of the insert: a grant starts
+	// the lease's clock.
 	sqlPutLease = `INSERT INTO kite_lease (id, ttl) VALUES ($1, $2)
-		ON CONFLICT (id) DO UPDATE SET ttl = excluded.ttl`
+		ON CONFLICT (id) DO UPDATE SET ttl = excluded.ttl, renewed = clock_timestamp()`
+	// sqlRenewLease records a renewal and announces it in one round trip;
+	// no row means the lease is gone. It runs outside any transaction, so
+	// the notification orders with nothing (a lost one is covered by the
+	// Resync that follows a lost listener connection) and the row is
+	// locked only for the statement: a revoking transaction that has
+	// checked the lease (sqlLeaseExpired) makes it wait, then find no row.
+	sqlRenewLease = `WITH r AS (UPDATE kite_lease SET renewed = clock_timestamp() WHERE id = $1 RETURNING id)
+		SELECT pg_notify($2, $3) FROM r`
+	// sqlLeaseExpired locks the lease row for the rest of the write
+	// transaction; under READ COMMITTED it reads the newest committed
+	// renewal, waiting for one in flight.
+	sqlLeaseExpired = `SELECT clock_timestamp() >= renewed + ttl * interval '1 second'
+		FROM kite_lease WHERE id = $1 FOR UPDATE`
 	sqlDeleteLease = `DELETE FROM kite_lease WHERE id = $1`
 	sqlPutAlarm    = `INSERT INTO kite_alarm (member, type) VALUES ($1, $2)
 		ON CONFLICT (member, type) DO NOTHING`

@@ -55,6 +55,15 @@ const (
 //     whether its primary acknowledged only synchronously replicated
 //     commits (history.go). 0 is no timeline: the next write records one.
 //
+// Version 4:
+//
+//   - kite_lease.renewed is when the lease was granted or last kept
+//     alive, by the database's clock. Expiry is decided by the primary's
+//     clock but checked against it inside the revoking transaction
+//     (writeTx.LeaseExpired), so a server that missed renewals made
+//     through another never revokes a live lease. Leases of a database
+//     migrated to this version start their TTL at the migration.
+//
 // bytea compares bytewise (memcmp), as etcd orders keys; it has no
 // collation. A btree entry is limited to about 2.7 kB, which bounds key
 // length (etcd keys are paths, far shorter).
@@ -107,6 +116,8 @@ func migrations() [][]string {
 	}, {
 		`ALTER TABLE kite_revision ADD COLUMN timeline bigint NOT NULL DEFAULT 0,
 			ADD COLUMN synced boolean NOT NULL DEFAULT false`,
+	}, {
+		`ALTER TABLE kite_lease ADD COLUMN renewed timestamptz NOT NULL DEFAULT clock_timestamp()`,
 	}}
 }
 

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -142,10 +143,17 @@ func TestSharedNotices(t *testing.T) {
 	expectNotice(t, "B", b.Notices(), mvcc.Notice{Resync: true})
 	rev = commitNext(t, a, "k4", nil)
 	expectNotice(t, "B", b.Notices(), mvcc.Notice{Rev: rev})
-	if err := a.RenewLease(ctx, 9); err != nil {
+	if err := a.RenewLease(ctx, 7); err != nil {
 		t.Fatal(err)
 	}
-	expectNotice(t, "B", b.Notices(), mvcc.Notice{Renewed: 9})
+	expectNotice(t, "B", b.Notices(), mvcc.Notice{Renewed: 7})
+
+	// A renewal is recorded in the lease's row: a lease the database does
+	// not hold is not renewed, and nobody is told.
+	if err := a.RenewLease(ctx, 9); !errors.Is(err, mvcc.ErrLeaseNotFound) {
+		t.Fatalf("RenewLease of an absent lease: %v, want %v", err, mvcc.ErrLeaseNotFound)
+	}
+	expectQuiet(t, "B", b.Notices(), 300*time.Millisecond)
 }
 
 // TestSharedAuthNotices: a commit that stored the auth state tells the
@@ -227,8 +235,13 @@ func TestCloseWithUnreadNotices(t *testing.T) {
 	dsn := pgtest.NewDatabase(t)
 	a, c := mustOpen(t, dsn), mustOpen(t, dsn)
 	ctx := context.Background()
-	for i := range 300 { // more than the notice buffer
-		if err := a.RenewLease(ctx, int64(i+1)); err != nil {
+	commitNext(t, a, "k", func(tx mvcc.WriteTx, _, _ int64) {
+		if err := tx.PutLease(ctx, mvcc.Lease{ID: 1, TTL: 60}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for range 300 { // more than the notice buffer
+		if err := a.RenewLease(ctx, 1); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -329,6 +342,54 @@ func TestPrimaryFailover(t *testing.T) {
 	awaitPrimary(t, survivor, third)
 	t.Logf("failover after a killed lock connection took %v", time.Since(start).Round(time.Millisecond))
 	expectNoRoleChange(t, 1500*time.Millisecond, survivor, third)
+}
+
+// TestPrimaryHandoverOverlap measures the window in which two servers both
+// believe they are primary: the holder's lock connection is killed, which
+// frees the lock at once, and the other server may take it (it tries every
+// second) before the holder's next check (every second) tells it it lost
+// it. The window is harmless because the once-only jobs are decided inside
+// their transactions: an expiry revoke checks the lease's last renewal in
+// the database (TestTwoPrimariesNeverRevokeARenewedLease), and
+// compaction's steps are idempotent deletes under the revision lock.
+func TestPrimaryHandoverOverlap(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	bs := []*postgres.Backend{mustOpen(t, dsn), mustOpen(t, dsn)}
+	holder := awaitPrimary(t, bs...)
+	var worst time.Duration
+	for round := range 5 {
+		if n := terminate(t, dsn, "kite:primary:"+bs[holder].Origin()); n != 1 {
+			t.Fatalf("round %d: terminated %d lock connections, want 1", round, n)
+		}
+		var downAt, upAt time.Time
+		winner := -1
+		deadline := time.After(waitFor)
+		for downAt.IsZero() || winner < 0 {
+			select {
+			case v := <-bs[holder].Primary():
+				if !v {
+					downAt = time.Now()
+				} else {
+					winner, upAt = holder, time.Now()
+				}
+			case v := <-bs[1-holder].Primary():
+				if v {
+					winner, upAt = 1-holder, time.Now()
+				}
+			case <-deadline:
+				t.Fatalf("round %d: no handover within %v (stepped down: %v, new primary: %d)", round, waitFor, !downAt.IsZero(), winner)
+			}
+		}
+		if winner == holder {
+			t.Logf("round %d: the holder took the lock back after reconnecting", round)
+			continue
+		}
+		overlap := downAt.Sub(upAt)
+		worst = max(worst, overlap)
+		t.Logf("round %d: both primary for %v (negative: no overlap)", round, overlap.Round(time.Millisecond))
+		holder = winner
+	}
+	t.Logf("longest overlap: %v", worst.Round(time.Millisecond))
 }
 
 func TestConcurrentWritersDenseRevisions(t *testing.T) {

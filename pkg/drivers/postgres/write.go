@@ -231,6 +231,20 @@ func (w *writeTx) PutLease(ctx context.Context, l mvcc.Lease) error {
 	return nil
 }
 
+// LeaseExpired implements mvcc.LeaseExpiryTx.
+func (w *writeTx) LeaseExpired(ctx context.Context, id int64) (bool, error) {
+	if c, ok := w.unsent.leases[id]; ok && !c.deleted {
+		// Granted in this transaction: its clock has only just started.
+		return false, nil
+	}
+	var expired bool
+	found, err := w.queryRow(ctx, true, sqlLeaseExpired, []any{&expired}, id)
+	if err != nil {
+		return false, w.fail("check lease expiry", err)
+	}
+	return found && expired, nil
+}
+
 // DeleteLease implements mvcc.WriteTx.
 func (w *writeTx) DeleteLease(ctx context.Context, id int64) error {
 	if err := w.writable(ctx, "delete lease"); err != nil {
