@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/kite-db/kite/pkg/drivers/postgres/pgtest"
 )
 
 // TestDiskFullSQLite: kite on its embedded SQLite, its data directory on a
@@ -110,6 +113,125 @@ func TestDiskFullSQLite(t *testing.T) {
 	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].ModRevision != after {
 		t.Fatalf("the write after the disk was freed, after a restart: %v, %v", resp, err)
 	}
+}
+
+// TestDiskFullPostgres: kite on a Postgres server of the test's own whose
+// data directory (tables and WAL) is on a small filesystem that fills up
+// under writes. Which write of Postgres's hits the wall first decides what
+// kite sees: a table that cannot grow fails the transaction with disk_full
+// (53100), which kite answers as the disk-full error; a WAL segment that
+// cannot be made is a PANIC, Postgres restarts, and if it cannot even
+// finish recovery it stops, which kite answers as unavailable. Either way
+// nothing acknowledged is lost, no failed write is applied, and once space
+// is freed (and a Postgres that stopped is started, as an operator would)
+// the same kite server writes again, its watchers continue without a gap,
+// and a SIGKILL and restart after that loses nothing.
+func TestDiskFullPostgres(t *testing.T) {
+	if againstEtcd {
+		t.Skip("the database is Postgres")
+	}
+	disk := newSmallDisk(t, 64)
+	pg := pgtest.NewClusterIn(t, disk.Dir)
+	k := startKiteIn(t, t.TempDir(), "--datastore-endpoint", pg.URL())
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	const prefix = "/diskfull/"
+	wc := k.Client.Watch(ctx, prefix, clientv3.WithPrefix())
+	first, err := k.Client.Put(ctx, prefix+"first", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	disk.fill(t, 2<<20)
+
+	// Incompressible: Postgres would store a repeated byte in a few bytes.
+	rng := rand.New(rand.NewPCG(1, 2))
+	random := func() string {
+		b := make([]byte, 4096)
+		for i := range b {
+			b[i] = byte('a' + rng.IntN(26))
+		}
+		return string(b)
+	}
+	var acked []ack
+	var full error
+	for i := 0; full == nil; i++ {
+		if i > 10000 {
+			t.Fatalf("%d writes of 4 KiB fit on a disk with 2 MiB free", i)
+		}
+		key, value := fmt.Sprintf("%sk%05d", prefix, i), random()
+		pctx, pcancel := context.WithTimeout(ctx, 20*time.Second)
+		resp, err := k.Client.Put(pctx, key, value)
+		pcancel()
+		if err != nil {
+			full = err
+			break
+		}
+		acked = append(acked, ack{key, value, resp.Header.Revision})
+	}
+	diskFull := strings.Contains(full.Error(), "disk full")
+	if !diskFull && status.Code(full) != codes.Unavailable {
+		t.Fatalf("a write on a full disk failed with %v; want the disk-full error, or unavailable if Postgres stopped", full)
+	}
+	t.Logf("%d writes acknowledged before the disk filled; then %v (Postgres running: %v)", len(acked), full, pg.Running(t))
+	if diskFull {
+		// Postgres still runs: reads work and every write fails alike.
+		rev := mustRev(t, k)
+		for range 3 {
+			if _, err := k.Client.Put(ctx, prefix+"more", random()); err == nil {
+				t.Fatal("a write succeeded on the full disk")
+			}
+		}
+		if got := mustRev(t, k); got != rev {
+			t.Fatalf("failed writes moved the revision from %d to %d", rev, got)
+		}
+		checkAcks(ctx, t, k, acked)
+	}
+
+	disk.release(t)
+	if !pg.Running(t) {
+		pg.Start(t)
+	}
+	var after int64
+	waitUntil(t, 60*time.Second, "a write after space was freed", func() bool {
+		pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer pcancel()
+		resp, err := k.Client.Put(pctx, prefix+"after", "x")
+		if err == nil {
+			after = resp.Header.Revision
+		}
+		return err == nil
+	})
+	checkAcks(ctx, t, k, acked)
+	// The watcher saw every acknowledged write once, in order, and then
+	// the write after the heal: no gap across the full disk or a Postgres
+	// restart.
+	want := append([]ack{{prefix + "first", "x", first.Header.Revision}}, acked...)
+	var got []ack
+	for len(got) == 0 || got[len(got)-1].rev < after {
+		select {
+		case resp := <-wc:
+			if err := resp.Err(); err != nil {
+				t.Fatalf("watch ended: %v", err)
+			}
+			for _, ev := range resp.Events {
+				got = append(got, ack{string(ev.Kv.Key), string(ev.Kv.Value), ev.Kv.ModRevision})
+			}
+		case <-ctx.Done():
+			t.Fatalf("watch delivered %d events, not up to revision %d", len(got), after)
+		}
+	}
+	if len(got) != len(want)+1 {
+		t.Fatalf("watch delivered %d events, want %d acknowledged and the one after", len(got), len(want)+1)
+	}
+	for i, w := range want {
+		if got[i] != w {
+			t.Fatalf("watch event %d: %s at %d, want %s at %d", i, got[i].key, got[i].rev, w.key, w.rev)
+		}
+	}
+
+	k.Kill()
+	k.Restart()
+	checkAcks(ctx, t, k, acked)
 }
 
 // TestDiskFullRaftSQLFollower: a raftsql follower whose data directory

@@ -21,7 +21,13 @@ type smallDisk struct {
 // where it fails.
 func newSmallDisk(t *testing.T, sizeMiB int) *smallDisk {
 	t.Helper()
-	dir := t.TempDir()
+	// Not t.TempDir, whose parent only root may enter: a Postgres on the
+	// disk runs as the postgres user, and the mount's own root is 0755.
+	dir, err := os.MkdirTemp("", "kite-smalldisk-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dir) }) // last, once unmounted
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%dm,mode=0755", sizeMiB)); err != nil {
 		msg := fmt.Sprintf("mount a %d MiB tmpfs (needs root): %v", sizeMiB, err)
 		if os.Getenv("CI") == "true" {

@@ -19,6 +19,29 @@ func NewCluster(t testing.TB, listen ...string) *Cluster {
 	bin, dir := serverDir(t, "kite-pgcluster-")
 	c := &Cluster{Dir: filepath.Join(dir, "data"), Port: freePort(t), bin: bin}
 	c.run(t, "initdb", "-D", c.Dir, "-U", "postgres", "-A", "trust", "--no-sync", "--no-instructions")
+	return c.start(t, listen)
+}
+
+// NewClusterIn is NewCluster with its data directory in parent (a small
+// filesystem of the test's own), made to fit a few tens of MiB: the WAL
+// in 1 MiB segments, at most 8 MiB of it between checkpoints.
+func NewClusterIn(t testing.TB, parent string) *Cluster {
+	t.Helper()
+	bin := serverBin(t)
+	c := &Cluster{Dir: filepath.Join(parent, "pgdata"), Port: freePort(t), bin: bin}
+	if err := os.Mkdir(c.Dir, 0o700); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	chownToPostgres(t, parent) // the socket directory
+	chownToPostgres(t, c.Dir)
+	c.run(t, "initdb", "-D", c.Dir, "-U", "postgres", "-A", "trust", "--no-sync", "--no-instructions", "--wal-segsize=1")
+	c.configure(t, "min_wal_size = 2MB", "max_wal_size = 8MB")
+	return c.start(t, nil)
+}
+
+// start configures the listen addresses and their trust, and starts c.
+func (c *Cluster) start(t testing.TB, listen []string) *Cluster {
+	t.Helper()
 	// A later setting overrides configure's loopback-only one.
 	c.configure(t, fmt.Sprintf("listen_addresses = '%s'", strings.Join(append([]string{"127.0.0.1"}, listen...), ",")))
 	var hba strings.Builder

@@ -32,6 +32,11 @@ func (c *Cluster) DSN() string {
 	return fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres sslmode=disable connect_timeout=2", c.Port)
 }
 
+// URL is DSN in URL form, as kite's --datastore-endpoint takes it.
+func (c *Cluster) URL() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", c.Port)
+}
+
 // Pair is a primary and a streaming-replication standby made from it.
 type Pair struct {
 	Primary, Standby *Cluster
@@ -104,7 +109,23 @@ func NewPair(t testing.TB, synchronous bool) *Pair {
 // the test is skipped, except under CI=true, where it fails.
 func serverDir(t testing.TB, prefix string) (bin, dir string) {
 	t.Helper()
-	bin = os.Getenv("KITE_TEST_POSTGRES_BIN")
+	bin = serverBin(t)
+	// Not t.TempDir: Postgres refuses to run as root, and the postgres
+	// user must be able to reach its directory.
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	chownToPostgres(t, dir)
+	return bin, dir
+}
+
+// serverBin finds the server binaries. Without them the test is skipped,
+// except under CI=true, where it fails.
+func serverBin(t testing.TB) string {
+	t.Helper()
+	bin := os.Getenv("KITE_TEST_POSTGRES_BIN")
 	if bin == "" {
 		bin = DefaultBinDir
 	}
@@ -117,15 +138,7 @@ func serverDir(t testing.TB, prefix string) (bin, dir string) {
 			t.Skip(msg)
 		}
 	}
-	// Not t.TempDir: Postgres refuses to run as root, and the postgres
-	// user must be able to reach its directory.
-	dir, err := os.MkdirTemp("", prefix)
-	if err != nil {
-		t.Fatalf("pgtest: %v", err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	chownToPostgres(t, dir)
-	return bin, dir
+	return bin
 }
 
 // configure appends settings to postgresql.conf: the cluster's port and
@@ -163,6 +176,18 @@ func (c *Cluster) Stop(t testing.TB, mode string) {
 		return
 	}
 	c.run(t, "pg_ctl", "-D", c.Dir, "-m", mode, "-w", "-t", "30", "stop")
+}
+
+// Running reports whether the cluster's postmaster runs (pg_ctl status).
+// A server that could not write its WAL, for one, stops on its own.
+func (c *Cluster) Running(t testing.TB) bool {
+	t.Helper()
+	path := filepath.Join(c.bin, "pg_ctl")
+	cmd := exec.Command(path, "-D", c.Dir, "status")
+	if os.Geteuid() == 0 {
+		cmd = exec.Command("runuser", "-u", "postgres", "--", path, "-D", c.Dir, "status")
+	}
+	return cmd.Run() == nil
 }
 
 // Promote ends a standby's recovery and waits until it accepts writes.
