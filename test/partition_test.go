@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -222,6 +223,16 @@ func TestPartitionLeaderIsolated(t *testing.T) {
 	r.majorityWrites(others, 30)
 	alone := partitionPrefix + "alone"
 	r.refuses(l, alone)
+	// Cut off, it knows no leader, and etcd's /health says so; a
+	// serializable read still answers from its own state.
+	old := r.c.members[l]
+	waitUntil(t, 10*time.Second, "/health of the isolated leader to say RAFT NO LEADER", func() bool {
+		code, body := httpGet(t, old.Endpoint+"/health")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "RAFT NO LEADER")
+	})
+	if resp, err := old.Client.Get(r.ctx, partitionPrefix+"first", clientv3.WithSerializable()); err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("serializable get through the isolated leader: %v %v", resp, err)
+	}
 	r.majorityWrites(others, 10)
 	r.nw.healAll(t)
 	r.followsAgain(l, r.ids[l])

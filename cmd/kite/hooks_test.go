@@ -15,7 +15,7 @@ import (
 )
 
 // TestReleaseBinaryHasNoTestHooks: kite built without -tags kitetest does
-// not serve raftsql's peer fault hooks even with KITE_TEST_PEER_FAULTS=1,
+// not serve raftsql's peer fault hook even with KITE_TEST_PEER_FAULTS=1,
 // while a kitetest build does (so the probe itself is sound).
 func TestReleaseBinaryHasNoTestHooks(t *testing.T) {
 	if testing.Short() {
@@ -34,17 +34,16 @@ func TestReleaseBinaryHasNoTestHooks(t *testing.T) {
 			if out, err := build.CombinedOutput(); err != nil {
 				t.Fatalf("go build -tags %q: %v\n%s", tc.tags, err, out)
 			}
-			if got := probeIsolate(t, bin); got != tc.want {
-				t.Fatalf("POST /kite/test/isolate on a build with tags %q: %d; want %d", tc.tags, got, tc.want)
+			if got := probeFaultHook(t, bin); got != tc.want {
+				t.Fatalf("POST /kite/test/fail-apply on a build with tags %q: %d; want %d", tc.tags, got, tc.want)
 			}
 		})
 	}
 }
 
-// probeIsolate starts bin as a one-member raftsql cluster with the fault
-// hooks asked for and returns the status its peer URL answers the
-// isolate hook with.
-func probeIsolate(t *testing.T, bin string) int {
+// probeFaultHook starts bin as a one-member raftsql cluster with the fault
+// hook asked for and returns the status its peer URL answers it with.
+func probeFaultHook(t *testing.T, bin string) int {
 	t.Helper()
 	client, peer := loopbackURL(t), loopbackURL(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -83,7 +82,7 @@ func probeIsolate(t *testing.T, bin string) int {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	resp, err := http.Post(peer+"/kite/test/isolate", "text/plain", nil)
+	resp, err := http.Post(peer+"/kite/test/fail-apply", "text/plain", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,8 +61,8 @@ type Config struct {
 	CorruptCheckInterval time.Duration
 	// PeerTLS secures the peer URLs (tls.go).
 	PeerTLS PeerTLS
-	// TestFaults serves the fault hooks tests use to partition a member
-	// (faults_testhooks.go), in a binary built with -tags kitetest only.
+	// TestFaults serves the fault hook tests use to make a member's apply
+	// fail (faults_testhooks.go), in a binary built with -tags kitetest only.
 	TestFaults bool
 	// SQLite tunes the member's database (page caches and mappings); its
 	// Logger and NoCommitSync are set by the member.
