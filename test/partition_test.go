@@ -214,13 +214,26 @@ func TestPartitionLeaderIsolated(t *testing.T) {
 	r := startPartitionRun(t)
 	l := r.c.leaderIndex(t)
 	others := r.c.others(l)
+	// Two leases granted before the cut, one kept alive through the
+	// majority throughout, one left alone.
+	kept, left := r.leaseWithKey(l, "kept"), r.leaseWithKey(l, "left")
 	for _, o := range others {
 		r.nw.cutFrom(t, l, o)
 		r.nw.cutFrom(t, o, l)
 	}
 	n := r.leaderAmong(others, r.ids[l])
 	t.Logf("leader %s isolated; %s elected", r.c.members[l].name, r.c.members[n].name)
+	stopKeepAlive := r.keepAlive(n, kept)
 	r.majorityWrites(others, 30)
+	// Leases expire only by the majority's leader: the one left alone
+	// goes, the one kept alive through the majority stays, whatever the
+	// old leader's clock says.
+	waitUntil(t, 20*time.Second, "the majority to expire the lease left alone", func() bool {
+		return !r.leaseKeyOn(n, "left")
+	})
+	if !r.leaseKeyOn(n, "kept") {
+		t.Fatalf("the lease kept alive through the majority expired")
+	}
 	alone := partitionPrefix + "alone"
 	r.refuses(l, alone)
 	// Cut off, it knows no leader, and etcd's /health says so; a
@@ -238,6 +251,67 @@ func TestPartitionLeaderIsolated(t *testing.T) {
 	r.followsAgain(l, r.ids[l])
 	r.converge(l)
 	r.absent(alone)
+	stopKeepAlive()
+	for i := range r.c.members {
+		if !r.leaseKeyOn(i, "kept") || r.leaseKeyOn(i, "left") {
+			t.Fatalf("after the heal %s has kept: %v, left: %v; want the kept lease's key only", r.c.members[i].name, r.leaseKeyOn(i, "kept"), r.leaseKeyOn(i, "left"))
+		}
+	}
+	t.Logf("leases %x (kept alive) and %x (left alone) as the majority decided", kept, left)
+}
+
+// leasePrefix holds the keys of the partition tests' leases, inside the
+// watched prefix: their puts and revokes take revisions of the one dense
+// order the watchers check.
+const leasePrefix = partitionPrefix + "lease/"
+
+// leaseWithKey grants a 4 s lease through member i and attaches key name
+// to it.
+func (r *partitionRun) leaseWithKey(i int, name string) clientv3.LeaseID {
+	r.t.Helper()
+	c := r.c.members[i].Client
+	g, err := c.Grant(r.ctx, 4)
+	if err != nil {
+		r.t.Fatalf("grant through %s: %v", r.c.members[i].name, err)
+	}
+	if _, err := c.Put(r.ctx, leasePrefix+name, "x", clientv3.WithLease(g.ID)); err != nil {
+		r.t.Fatalf("put %s: %v", name, err)
+	}
+	return g.ID
+}
+
+// leaseKeyOn reports whether member i's own state holds the lease key
+// name (a serializable read).
+func (r *partitionRun) leaseKeyOn(i int, name string) bool {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
+	defer cancel()
+	resp, err := r.c.members[i].Client.Get(ctx, leasePrefix+name, clientv3.WithSerializable())
+	if err != nil {
+		r.t.Fatalf("get %s through %s: %v", name, r.c.members[i].name, err)
+	}
+	return len(resp.Kvs) == 1
+}
+
+// keepAlive renews lease id through member i twice a second until the
+// returned stop is called; a renewal that fails while the cluster elects
+// is retried.
+func (r *partitionRun) keepAlive(i int, id clientv3.LeaseID) (stop func()) {
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		for {
+			ctx, cancel := context.WithTimeout(r.ctx, time.Second)
+			_, _ = r.c.members[i].Client.KeepAliveOnce(ctx, id)
+			cancel()
+			select {
+			case <-done:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
 }
 
 func TestPartitionFollowerIsolated(t *testing.T) {
