@@ -163,6 +163,10 @@ func Open(ctx context.Context, cfg Config) (mvcc.Backend, error) {
 		if ctx.Err() != nil {
 			return nil, errors.Join(fmt.Errorf("open postgres datastore %s", Redact(cfg.Endpoint)), err)
 		}
+		if errors.Is(err, postgres.ErrDatabaseMissing) {
+			// Only the operator can help: said once, not retried.
+			return nil, fmt.Errorf("open postgres datastore %s: %w", Redact(cfg.Endpoint), err)
+		}
 		if time.Since(lastLog) >= retryLogEvery {
 			if errors.Is(err, mvcc.ErrHistoryLost) {
 				// Retried too: the operator's accept-history (or a

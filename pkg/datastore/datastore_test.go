@@ -2,11 +2,19 @@ package datastore
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/kite-db/kite/internal/pgadmin"
+	"github.com/kite-db/kite/pkg/drivers/postgres"
+	"github.com/kite-db/kite/pkg/drivers/postgres/pgtest"
 )
 
 func TestKind(t *testing.T) {
@@ -83,5 +91,36 @@ func TestOpenSQLite(t *testing.T) {
 	defer b.Close()
 	if _, err := os.Stat(filepath.Join(dir, "kite.db")); err != nil {
 		t.Fatalf("the default datastore is not kite.db in the data dir: %v", err)
+	}
+}
+
+// TestOpenMissingDatabaseNotRetried: a database that does not exist and
+// that the user may not create is reported at once, not retried until ctx
+// ends as an unreachable server is.
+func TestOpenMissingDatabaseNotRetried(t *testing.T) {
+	pgtest.NewDatabase(t) // skips, or fails under CI, without a server
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, pgtest.AdminDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	role, err := pgadmin.NewName("kite_test_nocreate_", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN NOCREATEDB"); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Exec(context.Background(), "DROP ROLE "+role)
+	cfg, err := pgx.ParseConfig(pgtest.AdminDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := fmt.Sprintf("postgres://%s@%s:%d/%s_db?sslmode=disable", role, cfg.Host, cfg.Port, role)
+	_, err = Open(ctx, Config{Endpoint: endpoint})
+	if !errors.Is(err, postgres.ErrDatabaseMissing) || ctx.Err() != nil {
+		t.Fatalf("Open of a database the user may not create: %v (ctx: %v); want ErrDatabaseMissing at once", err, ctx.Err())
 	}
 }

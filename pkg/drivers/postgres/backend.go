@@ -138,8 +138,9 @@ const (
 )
 
 // Open connects to the database at dsn (a postgres:// URL or key=value
-// string), creates or checks kite's schema, and starts listening for the
-// other servers' commits before it returns.
+// string), creating the database if it does not exist and the user may
+// (createdb.go), creates or checks kite's schema, and starts listening for
+// the other servers' commits before it returns.
 func Open(ctx context.Context, dsn string, opts Options) (b *Backend, err error) {
 	opts = opts.withDefaults()
 	cfg, err := pgxpool.ParseConfig(dsn)
@@ -184,7 +185,13 @@ func Open(ctx context.Context, dsn string, opts Options) (b *Backend, err error)
 	if b.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("open postgres %s: create pool: %w", where, err)
 	}
-	if err := migrate(ctx, b.pool, b.log); err != nil {
+	err = migrate(ctx, b.pool, b.log)
+	if isMissingDatabase(err) {
+		if err = createDatabase(ctx, cfg.ConnConfig, b.log); err == nil {
+			err = migrate(ctx, b.pool, b.log)
+		}
+	}
+	if err != nil {
 		return nil, fmt.Errorf("open postgres %s: %w", where, err)
 	}
 	b.migrated.Store(true)
