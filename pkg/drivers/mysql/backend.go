@@ -112,13 +112,14 @@ func Open(ctx context.Context, dsn string, opts Options) (b *Backend, err error)
 		writeSem: make(chan struct{}, 1),
 	}
 	b.ObserveCommits(opts.ObserveCommit)
-	b.db = sql.OpenDB(connector)
-	b.db.SetMaxOpenConns(opts.MaxOpenConns)
-	b.db.SetMaxIdleConns(opts.MaxIdleConns)
-	b.db.SetConnMaxLifetime(opts.ConnMaxLifetime)
+	db := sql.OpenDB(connector)
+	db.SetMaxOpenConns(opts.MaxOpenConns)
+	db.SetMaxIdleConns(opts.MaxIdleConns)
+	db.SetConnMaxLifetime(opts.ConnMaxLifetime)
+	b.db = db
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, b.db.Close())
+			err = errors.Join(err, db.Close())
 		}
 	}()
 	if err := b.checkServer(ctx); err != nil {

@@ -148,6 +148,9 @@ func splitDSN(dsn string) (*gomysql.Config, url.Values, error) {
 		if u.Fragment != "" || u.Opaque != "" {
 			return nil, nil, errors.New("not a valid URL (a '#' in the password must be written %23)")
 		}
+		if strings.ContainsAny(u.Host, "()") {
+			return nil, nil, errors.New("an address net(host:port) must end with ')' before the '/'")
+		}
 		cfg.User = u.User.Username()
 		cfg.Passwd, _ = u.User.Password()
 		cfg.Net = "tcp"
@@ -306,7 +309,7 @@ func Redact(dsn string) string {
 		}
 		return dsn
 	}
-	if u, err := url.Parse(dsn); err == nil && hadScheme && u.Fragment == "" {
+	if u, err := url.Parse(dsn); err == nil && hadScheme && u.Fragment == "" && !strings.ContainsAny(u.Host, "()") {
 		if _, ok := u.User.Password(); ok {
 			u.User = url.UserPassword(u.User.Username(), redacted)
 		}
