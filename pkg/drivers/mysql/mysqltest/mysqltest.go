@@ -14,6 +14,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -150,4 +151,34 @@ func unreachable(t testing.TB, cfg *gomysql.Config, err error) {
 		t.Fatal(msg)
 	}
 	t.Skip(msg)
+}
+
+// SessionVariables names the server's session variables for the default
+// isolation level (tx_isolation in MariaDB, transaction_isolation in MySQL
+// 8) and for snapshot isolation ("" where the server has none: MariaDB has
+// it since 10.6.18 and 10.11.8, MySQL not at all).
+func SessionVariables(t testing.TB) (isolation, snapshot string) {
+	t.Helper()
+	db := Open(t, NewDatabase(t))
+	isolation = "transaction_isolation"
+	if _, err := db.Exec("SELECT @@session.transaction_isolation"); err != nil {
+		isolation = "tx_isolation"
+	}
+	var name, value string
+	err := db.QueryRow("SHOW VARIABLES LIKE 'innodb_snapshot_isolation'").Scan(&name, &value)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		t.Fatalf("mysqltest: %v", err)
+	default:
+		snapshot = name
+	}
+	return isolation, snapshot
+}
+
+// SessionDefault is the DSN parameter that makes name (an isolation
+// variable from SessionVariables) the session's default isolation level,
+// level as the server spells it (READ-COMMITTED).
+func SessionDefault(name, level string) string {
+	return name + "=" + url.QueryEscape("'"+level+"'")
 }
