@@ -101,15 +101,16 @@ func Open(ctx context.Context, dsn string, opts Options) (b *Backend, err error)
 		return nil, fmt.Errorf("open mysql: %w", err)
 	}
 	where := cfg.Net + "(" + cfg.Addr + ")/" + cfg.DBName
-	connector, err := gomysql.NewConnector(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("open mysql %s: %w", where, err)
-	}
 	b = &Backend{
 		opts:     opts,
 		log:      opts.Logger.With("component", "mysql", "db", where),
 		q:        newQueries(),
 		writeSem: make(chan struct{}, 1),
+	}
+	cfg.Logger = driverLogger{b.log}
+	connector, err := gomysql.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open mysql %s: %w", where, err)
 	}
 	b.ObserveCommits(opts.ObserveCommit)
 	db := sql.OpenDB(connector)
@@ -184,3 +185,10 @@ func (b *Backend) Close() error {
 	b.log.Info("closed mysql backend")
 	return nil
 }
+
+// driverLogger sends what go-sql-driver logs (connections it found broken,
+// packets out of order) to the Backend's logger instead of its default,
+// the standard error.
+type driverLogger struct{ log *slog.Logger }
+
+func (l driverLogger) Print(v ...any) { l.log.Warn("mysql driver: " + fmt.Sprint(v...)) }
