@@ -28,7 +28,10 @@ type writeTx struct {
 	current, compacted int64
 
 	pend pending
-	done bool
+	// known holds live rows read by the prefetch, kept up to date by this
+	// transaction's writes (nil: the key does not exist); see prefetch.go.
+	known map[string]*mvccpb.KeyValue
+	done  bool
 }
 
 // BeginWrite implements mvcc.Backend. The first statement locks the
@@ -41,6 +44,12 @@ type writeTx struct {
 // innodb_snapshot_isolation, fail on rows changed since). The isolation
 // level, the start and the lock go in one round trip.
 func (b *Backend) BeginWrite(ctx context.Context) (mvcc.WriteTx, error) {
+	return b.beginWrite(ctx, nil)
+}
+
+// beginWrite begins a write transaction, prefetching keys (prefetch.go) in
+// the same round trip.
+func (b *Backend) beginWrite(ctx context.Context, keys [][]byte) (mvcc.WriteTx, error) {
 	if err := b.lockWriter(ctx); err != nil {
 		return nil, fmt.Errorf("begin write: %w", err)
 	}
@@ -51,7 +60,12 @@ func (b *Backend) BeginWrite(ctx context.Context) (mvcc.WriteTx, error) {
 	}
 	w := &writeTx{reader: reader{conn: conn, q: b.q, packet: b.packet, sticky: true}, b: b}
 	w.reader.pending = &w.pend
-	if err := queryRowAfter(ctx, conn, sqlBeginWrite, nil, sqlLockRevisions, nil, &w.current, &w.compacted); err != nil {
+	if keys != nil {
+		err = w.lockAndPrefetch(ctx, keys)
+	} else {
+		err = queryRowAfter(ctx, conn, sqlBeginWrite, nil, sqlLockRevisions, nil, &w.current, &w.compacted)
+	}
+	if err != nil {
 		err = classify(errors.Join(fmt.Errorf("begin write: lock revisions: %w", err), endTx(conn)))
 		b.unlockWriter()
 		return nil, err
@@ -140,8 +154,10 @@ func (w *writeTx) Put(ctx context.Context, kv *mvccpb.KeyValue, sub int64) error
 	key, value := nonNil(kv.Key), nonNil(kv.Value)
 	w.pend.appendLog(logRow{rev: kv.ModRevision, sub: int32(sub), key: key, createRev: kv.CreateRevision,
 		version: kv.Version, lease: kv.Lease, value: value})
-	w.pend.setLive(key, &mvccpb.KeyValue{Key: key, CreateRevision: kv.CreateRevision,
-		ModRevision: kv.ModRevision, Version: kv.Version, Lease: kv.Lease, Value: value})
+	live := &mvccpb.KeyValue{Key: key, CreateRevision: kv.CreateRevision,
+		ModRevision: kv.ModRevision, Version: kv.Version, Lease: kv.Lease, Value: value}
+	w.pend.setLive(key, live)
+	w.remember(key, live)
 	w.latest = max(w.latest, kv.ModRevision)
 	return w.flushIfLarge(ctx)
 }
@@ -157,20 +173,21 @@ func (w *writeTx) Delete(ctx context.Context, key []byte, rev, sub int64) error 
 	key = nonNil(key)
 	w.pend.appendLog(logRow{rev: rev, sub: int32(sub), key: key, deleted: true, value: []byte{}})
 	w.pend.setLive(key, nil)
+	w.remember(key, nil)
 	w.latest = max(w.latest, rev)
 	return w.flushIfLarge(ctx)
 }
 
 // Get implements mvcc.ReadTx. A key this transaction wrote and has not
-// sent yet is answered from memory; any other key's live row is not
-// touched by the pending writes, so it is read without sending them. The
-// applier calls Get before every put, so a batch of puts costs one round
-// trip per put rather than two.
+// sent yet, or prefetched, is answered from memory; any other key's live
+// row is not touched by the pending writes, so it is read without sending
+// them. The applier calls Get before every put, so a batch of puts costs
+// at most one round trip per put rather than two.
 func (w *writeTx) Get(ctx context.Context, key []byte) (*mvccpb.KeyValue, error) {
 	if err := w.check(); err != nil {
 		return nil, err
 	}
-	if kv, ok := w.pend.liveRow(key); ok {
+	if kv, ok := w.cached(key); ok {
 		if kv == nil {
 			return nil, nil
 		}
@@ -180,13 +197,13 @@ func (w *writeTx) Get(ctx context.Context, key []byte) (*mvccpb.KeyValue, error)
 }
 
 // Range implements mvcc.ReadTx, answering a latest read of one key this
-// transaction wrote from memory (the applier's compares).
+// transaction knows (cached) from memory: the applier's compares.
 func (w *writeTx) Range(ctx context.Context, key, end []byte, rev, limit int64, keysOnly bool) ([]*mvccpb.KeyValue, error) {
 	if len(end) == 0 && rev >= w.latest {
 		if err := w.check(); err != nil {
 			return nil, err
 		}
-		if kv, ok := w.pend.liveRow(key); ok {
+		if kv, ok := w.cached(key); ok {
 			if kv == nil {
 				return nil, nil
 			}

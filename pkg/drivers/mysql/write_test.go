@@ -18,6 +18,11 @@ import (
 
 // commitPuts writes kvs as revision rev in one transaction.
 func commitPuts(t *testing.T, b mvcc.Backend, rev int64, kvs ...*mvccpb.KeyValue) error {
+	return commitKV(t, b, rev, kvs...)
+}
+
+// commitKV is commitPuts for tests and benchmarks.
+func commitKV(t testing.TB, b mvcc.Backend, rev int64, kvs ...*mvccpb.KeyValue) error {
 	t.Helper()
 	ctx := context.Background()
 	w, err := b.BeginWrite(ctx)
