@@ -51,54 +51,45 @@ const (
 	// primary key: MySQL refuses a DELETE whose subquery reads the table
 	// it deletes from, and the revision lock keeps the log still between
 	// the two. The revision range walks the primary key; the newer-row
-	// probes are one seek each in kite_log_key. Placeholders: from, to,
+	// probes are seeks in kite_log_key (forced: the primary key would
+	// serve "same revision" by walking every row of a revision, which a
+	// DeleteRange of many keys makes long). Placeholders: from, to,
 	// compacted, compacted. A row goes when it is a tombstone at or below
 	// compacted, or a newer row of its key exists at or below compacted
 	// (a later revision, or a later sub-revision of the same one).
 	sqlCompactFind = `SELECT l.rev, l.sub FROM kite_log AS l
 		WHERE l.rev >= ? AND l.rev <= ? AND l.rev <= ?
 		AND (l.deleted
-			OR EXISTS (SELECT 1 FROM kite_log AS n WHERE n.k = l.k AND n.rev > l.rev AND n.rev <= ?)
-			OR EXISTS (SELECT 1 FROM kite_log AS n WHERE n.k = l.k AND n.rev = l.rev AND n.sub > l.sub))
+			OR EXISTS (SELECT 1 FROM kite_log AS n FORCE INDEX (kite_log_key)
+				WHERE n.k = l.k AND n.rev > l.rev AND n.rev <= ?)
+			OR EXISTS (SELECT 1 FROM kite_log AS n FORCE INDEX (kite_log_key)
+				WHERE n.k = l.k AND n.rev = l.rev AND n.sub > l.sub))
 		ORDER BY l.rev, l.sub`
 	sqlCompactDelete = `DELETE FROM kite_log WHERE (rev, sub) IN `
 )
 
-// changesSQL reads the log in (rev, sub) order between two revisions;
-// withPrev adds each change's previous row, found by one backward seek in
-// kite_log_key from the change itself (the seek's first row is the change,
-// which the filter skips) and joined by primary key. A previous tombstone
-// fails the join condition, so it counts as no previous row, as a key that
-// did not exist has no prev_kv in etcd. Placeholders: from, to[, limit].
-func changesSQL(withPrev, limited bool) string {
-	var b strings.Builder
-	b.WriteString(`SELECT c.rev, c.sub, c.k, c.create_rev, c.version, c.lease, c.deleted, c.value`)
-	if withPrev {
-		b.WriteString(`, COALESCE(p.rev, 0), COALESCE(p.create_rev, 0), COALESCE(p.version, 0),
-			COALESCE(p.lease, 0), p.value`)
-	}
-	b.WriteString(` FROM kite_log AS c`)
-	if withPrev {
-		prev := func(col string) string {
-			return `(SELECT h.` + col + ` FROM kite_log AS h WHERE h.k = c.k AND h.rev <= c.rev
-				AND (h.rev < c.rev OR h.sub < c.sub) ORDER BY h.rev DESC, h.sub DESC LIMIT 1)`
-		}
-		b.WriteString(` LEFT JOIN kite_log AS p ON p.rev = ` + prev("rev") + ` AND p.sub = ` + prev("sub") +
-			` AND NOT p.deleted`)
-	}
-	b.WriteString(` WHERE c.rev >= ? AND c.rev <= ? ORDER BY c.rev, c.sub`)
-	if limited {
-		b.WriteString(` LIMIT ?`)
-	}
-	return b.String()
-}
+// sqlChanges reads the log in (rev, sub) order between two revisions.
+// Placeholders: from, to.
+const sqlChanges = `SELECT rev, sub, k, create_rev, version, lease, deleted, value
+	FROM kite_log WHERE rev >= ? AND rev <= ? ORDER BY rev, sub`
 
-// queries holds the Range, Count and Changes variants, built once per
-// Backend.
+// sqlPrevBranch finds the rows of a key at its newest revision below
+// another (one or two rows: a tombstone and a put may share a revision),
+// one branch of a UNION ALL per change whose previous row is not among
+// the changes read (history.go). Every value is a constant, so the MAX is
+// one index dive and the rows one seek; a correlated subquery would walk
+// the key's history instead, which MySQL and MariaDB never bound by a
+// revision taken from the outer row. Placeholders: the change's index,
+// the key, the key, the change's revision.
+const sqlPrevBranch = `(SELECT ? AS i, h.sub, h.rev, h.create_rev, h.version, h.lease, h.deleted, h.value
+	FROM kite_log AS h FORCE INDEX (kite_log_key)
+	WHERE h.k = ? AND h.rev = (SELECT MAX(x.rev) FROM kite_log AS x WHERE x.k = ? AND x.rev < ?))`
+
+// queries holds the Range and Count variants, built once per Backend.
 type queries struct {
-	ranges  [16]string // by rangeIndex
-	counts  [4]string  // by countIndex
-	changes [4]string  // by changesIndex
+	ranges [8]string // latest reads, by rangeIndex
+	counts [2]string // latest counts, by b2i(open)
+	hist   [4]string // historical pages, by histIndex
 }
 
 func b2i(b bool) int {
@@ -108,86 +99,76 @@ func b2i(b bool) int {
 	return 0
 }
 
-// rangeIndex picks the Range variant: latest reads come from kite_live,
-// historical ones from the log; an open range ("\x00" end) has no upper
-// bound in its SQL rather than a sentinel, so the index range stays tight;
-// keys-only variants never read values; a limit of 0 has no LIMIT.
-func rangeIndex(historical, open, keysOnly, limited bool) int {
-	return 8*b2i(historical) + 4*b2i(open) + 2*b2i(keysOnly) + b2i(limited)
+// rangeIndex picks the latest Range variant: an open range ("\x00" end)
+// has no upper bound in its SQL rather than a sentinel, so the index range
+// stays tight; keys-only variants never read values; a limit of 0 has no
+// LIMIT.
+func rangeIndex(open, keysOnly, limited bool) int {
+	return 4*b2i(open) + 2*b2i(keysOnly) + b2i(limited)
 }
 
-func countIndex(historical, open bool) int { return 2*b2i(historical) + b2i(open) }
-
-func changesIndex(withPrev, limited bool) int { return 2*b2i(withPrev) + b2i(limited) }
+func histIndex(open, keysOnly bool) int { return 2*b2i(open) + b2i(keysOnly) }
 
 func newQueries() *queries {
 	q := &queries{}
-	for _, hist := range []bool{false, true} {
-		for _, open := range []bool{false, true} {
-			for _, keysOnly := range []bool{false, true} {
-				for _, limited := range []bool{false, true} {
-					q.ranges[rangeIndex(hist, open, keysOnly, limited)] = rangeSQL(hist, open, keysOnly, limited, false)
-				}
+	for _, open := range []bool{false, true} {
+		for _, keysOnly := range []bool{false, true} {
+			for _, limited := range []bool{false, true} {
+				q.ranges[rangeIndex(open, keysOnly, limited)] = latestSQL(open, keysOnly, limited, false)
 			}
-			q.counts[countIndex(hist, open)] = rangeSQL(hist, open, true, false, true)
+			q.hist[histIndex(open, keysOnly)] = histSQL(open, keysOnly)
 		}
-	}
-	for _, withPrev := range []bool{false, true} {
-		for _, limited := range []bool{false, true} {
-			q.changes[changesIndex(withPrev, limited)] = changesSQL(withPrev, limited)
-		}
+		q.counts[b2i(open)] = latestSQL(open, true, false, true)
 	}
 	return q
 }
 
-// rangeSQL builds one Range or Count variant. Placeholders, in order: the
-// start key, the end key (bounded variants), the revision twice
-// (historical) and the limit (limited).
-//
-// Latest reads walk kite_live's primary key in key order and stop at the
-// limit. Historical reads walk kite_log_key over the range, which yields
-// (k, rev, sub) order, keep each key's newest row at or below the
-// revision (no newer one exists at or below it: one seek per row), and
-// drop tombstones. The walk is in key order already, so ORDER BY costs no
-// sort and the limit stops it early. It reads every row of the range's
-// keys at or below the revision, which compaction bounds.
-func rangeSQL(historical, open, keysOnly, limited, count bool) string {
+// latestSQL builds one latest Range or Count variant, which walks
+// kite_live's primary key in key order and stops at the limit.
+// Placeholders, in order: the start key, the end key (bounded variants)
+// and the limit (limited).
+func latestSQL(open, keysOnly, limited, count bool) string {
 	cols := "k, create_rev, mod_rev, version, lease"
 	if !keysOnly {
 		cols += ", value"
 	}
+	if count {
+		cols = "COUNT(*)"
+	}
 	var b strings.Builder
-	if !historical {
-		if count {
-			cols = "COUNT(*)"
-		}
-		b.WriteString("SELECT " + cols + " FROM kite_live WHERE k >= ?")
-		if !open {
-			b.WriteString(" AND k < ?")
-		}
-		if !count {
-			b.WriteString(" ORDER BY k")
-		}
-	} else {
-		cols = "l." + strings.ReplaceAll(strings.Replace(cols, "mod_rev", "rev", 1), ", ", ", l.")
-		if count {
-			cols = "COUNT(*)"
-		}
-		// FORCE INDEX: for a wide range and a small LIMIT the planner may
-		// otherwise walk the primary key and sort.
-		b.WriteString("SELECT " + cols + " FROM kite_log AS l FORCE INDEX (kite_log_key) WHERE l.k >= ?")
-		if !open {
-			b.WriteString(" AND l.k < ?")
-		}
-		b.WriteString(` AND l.rev <= ? AND NOT l.deleted
-			AND NOT EXISTS (SELECT 1 FROM kite_log AS n WHERE n.k = l.k AND n.rev > l.rev AND n.rev <= ?)
-			AND NOT EXISTS (SELECT 1 FROM kite_log AS n WHERE n.k = l.k AND n.rev = l.rev AND n.sub > l.sub)`)
-		if !count {
-			b.WriteString(" ORDER BY l.k")
-		}
+	b.WriteString("SELECT " + cols + " FROM kite_live WHERE k >= ?")
+	if !open {
+		b.WriteString(" AND k < ?")
+	}
+	if !count {
+		b.WriteString(" ORDER BY k")
 	}
 	if limited && !count {
 		b.WriteString(" LIMIT ?")
 	}
+	return b.String()
+}
+
+// histSQL builds a page of a historical read: the newest revision at or
+// below the read's of each of the next keys of the range, found by one
+// walk of kite_log_key in key order that stops after the page's keys (the
+// GROUP BY follows the index, so there is no sort), and the rows of each
+// key at that revision (one or two: a tombstone and a put may share it),
+// one seek each. Tombstones come back too, so that the caller can tell a
+// page that ran out of keys from one whose keys were deleted
+// (history.go). Placeholders: the start key, the end key (bounded), the
+// revision, the page's keys.
+func histSQL(open, keysOnly bool) string {
+	cols := "l.k, l.create_rev, l.rev, l.version, l.lease, l.sub, l.deleted"
+	if !keysOnly {
+		cols += ", l.value"
+	}
+	var b strings.Builder
+	b.WriteString("SELECT " + cols + " FROM (SELECT k, MAX(rev) AS rev FROM kite_log FORCE INDEX (kite_log_key) WHERE k >= ?")
+	if !open {
+		b.WriteString(" AND k < ?")
+	}
+	b.WriteString(" AND rev <= ? GROUP BY k ORDER BY k LIMIT ?) AS m" +
+		" JOIN kite_log AS l FORCE INDEX (kite_log_key) ON l.k = m.k AND l.rev = m.rev")
 	return b.String()
 }

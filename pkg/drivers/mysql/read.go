@@ -27,29 +27,21 @@ func span(key, end []byte) (from, to []byte, open bool) {
 	}
 }
 
-// rangeArgs binds a Range or Count variant, in rangeSQL's placeholder
-// order.
-func rangeArgs(from, to []byte, open, historical bool, rev, limit int64) []any {
-	args := make([]any, 1, 5)
-	args[0] = from
+// Range implements mvcc.ReadTx.
+func (r *reader) Range(ctx context.Context, key, end []byte, rev, limit int64, keysOnly bool) ([]*mvccpb.KeyValue, error) {
+	from, to, open := span(key, end)
+	if rev < r.latest {
+		kvs, _, err := r.rangeAt(ctx, from, to, open, rev, limit, keysOnly, false)
+		return kvs, err
+	}
+	args := []any{from}
 	if !open {
 		args = append(args, to)
-	}
-	if historical {
-		args = append(args, rev, rev)
 	}
 	if limit > 0 {
 		args = append(args, limit)
 	}
-	return args
-}
-
-// Range implements mvcc.ReadTx.
-func (r *reader) Range(ctx context.Context, key, end []byte, rev, limit int64, keysOnly bool) ([]*mvccpb.KeyValue, error) {
-	from, to, open := span(key, end)
-	hist := rev < r.latest
-	rows, err := r.query(ctx, r.q.ranges[rangeIndex(hist, open, keysOnly, limit > 0)],
-		rangeArgs(from, to, open, hist, rev, limit)...)
+	rows, err := r.query(ctx, r.q.ranges[rangeIndex(open, keysOnly, limit > 0)], args...)
 	if err != nil {
 		return nil, r.fail("range", err)
 	}
@@ -78,10 +70,16 @@ func (r *reader) Range(ctx context.Context, key, end []byte, rev, limit int64, k
 // Count implements mvcc.ReadTx.
 func (r *reader) Count(ctx context.Context, key, end []byte, rev int64) (int64, error) {
 	from, to, open := span(key, end)
-	hist := rev < r.latest
+	if rev < r.latest {
+		_, n, err := r.rangeAt(ctx, from, to, open, rev, 0, true, true)
+		return n, err
+	}
+	args := []any{from}
+	if !open {
+		args = append(args, to)
+	}
 	var n int64
-	if _, err := r.queryRow(ctx, true, r.q.counts[countIndex(hist, open)], []any{&n},
-		rangeArgs(from, to, open, hist, rev, 0)...); err != nil {
+	if _, err := r.queryRow(ctx, true, r.q.counts[b2i(open)], []any{&n}, args...); err != nil {
 		return 0, r.fail("count", err)
 	}
 	return n, nil
@@ -130,11 +128,11 @@ func (b *Backend) GetLatest(ctx context.Context, key []byte) (*mvccpb.KeyValue, 
 
 // Changes implements mvcc.ReadTx.
 func (r *reader) Changes(ctx context.Context, fromRev, toRev int64, limit int, withPrev bool) ([]mvcc.Change, error) {
-	args := []any{fromRev, toRev}
+	query, args := sqlChanges, []any{fromRev, toRev}
 	if limit > 0 {
-		args = append(args, int64(limit))
+		query, args = query+" LIMIT ?", append(args, int64(limit))
 	}
-	rows, err := r.query(ctx, r.q.changes[changesIndex(withPrev, limit > 0)], args...)
+	rows, err := r.query(ctx, query, args...)
 	if err != nil {
 		return nil, r.fail("read changes", err)
 	}
@@ -145,29 +143,24 @@ func (r *reader) Changes(ctx context.Context, fromRev, toRev int64, limit int, w
 			c       mvcc.Change
 			deleted bool
 			kv      = &mvccpb.KeyValue{}
-			prev    = &mvccpb.KeyValue{}
 		)
-		dest := []any{&kv.ModRevision, &c.Sub, &kv.Key, &kv.CreateRevision, &kv.Version,
-			&kv.Lease, &deleted, &kv.Value}
-		if withPrev {
-			dest = append(dest, &prev.ModRevision, &prev.CreateRevision, &prev.Version,
-				&prev.Lease, &prev.Value)
-		}
-		if err := rows.Scan(dest...); err != nil {
+		if err := rows.Scan(&kv.ModRevision, &c.Sub, &kv.Key, &kv.CreateRevision, &kv.Version,
+			&kv.Lease, &deleted, &kv.Value); err != nil {
 			return nil, r.fail("read changes: scan", err)
 		}
 		if deleted {
 			kv = &mvccpb.KeyValue{Key: kv.Key, ModRevision: kv.ModRevision}
 		}
 		c.Deleted, c.KV = deleted, kv
-		if prev.ModRevision != 0 {
-			prev.Key = kv.Key
-			c.PrevKV = prev
-		}
 		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, r.fail("read changes", err)
+	}
+	if withPrev {
+		if err := r.fillPrev(ctx, out); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }
