@@ -53,6 +53,19 @@
 // on one connection, its name derived from the database's), and a
 // database written by a newer kite is refused.
 //
+// # Reads of the past
+//
+// MySQL has no LATERAL join in MariaDB, and neither server bounds a
+// correlated subquery's walk of an index by a value of the outer row, so
+// "the newest row of this key at or below that revision", asked once per
+// row, walks the key's whole history each time: a read of one key with
+// thousands of versions took seconds. A historical range therefore reads
+// pages of keys, each page one walk of the key index in key order with
+// the newest revision of each key (history.go), and the previous rows of
+// changes are looked up with constants, one index dive each, or taken
+// from the changes read already. Their cost follows the rows they
+// return, and TestHotKeyHistory keeps it so.
+//
 // # Connections
 //
 // A DSN is kine's and k3s's mysql://user:pass@tcp(host:3306)/db?params
