@@ -144,6 +144,12 @@ func (b *Backend) checkServer(ctx context.Context) error {
 	var version string
 	err := b.db.QueryRowContext(ctx,
 		`SELECT @@max_allowed_packet, @@innodb_flush_log_at_trx_commit, VERSION()`).Scan(&packet, &flush, &version)
+	var me *gomysql.MySQLError
+	if errors.As(err, &me) && me.Number == erUnknownSystemVariable {
+		// Every DSN parameter the driver does not know is SET as a
+		// session variable on each new connection (dsn.go).
+		return fmt.Errorf("a DSN parameter is neither a driver parameter kite accepts nor a session variable of the server: %w", err)
+	}
 	if err != nil {
 		return fmt.Errorf("read server settings: %w", err)
 	}

@@ -38,6 +38,8 @@ const (
 	erOptionPreventsRO  = 1290 // ER_OPTION_PREVENTS_STATEMENT: --read-only, a replica
 	erConnectionKilled  = 1927 // MariaDB's ER_CONNECTION_KILLED
 	erClientIdleTimeout = 4031 // MySQL 8's ER_CLIENT_INTERACTION_TIMEOUT
+
+	erUnknownSystemVariable = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE
 )
 
 func isDiskFull(err error) bool {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -94,5 +95,15 @@ func TestConformanceSessionDefaults(t *testing.T) {
 			name += "/snapshot_isolation=ON"
 		}
 		t.Run(name, func(t *testing.T) { conformance(t, params...) })
+	}
+}
+
+// TestOpenUnknownParameter: a misspelt parameter reaches the server as a
+// session variable, which refuses it when Open connects, and the error
+// says so.
+func TestOpenUnknownParameter(t *testing.T) {
+	_, err := mysql.Open(context.Background(), mysqltest.NewDatabase(t, "tsl=true"), mysql.Options{})
+	if err == nil || !strings.Contains(err.Error(), "neither a driver parameter") || !strings.Contains(err.Error(), "tsl") {
+		t.Fatalf("Open with tsl=true: %v, want an unknown parameter named", err)
 	}
 }
