@@ -103,7 +103,11 @@ func Open(t testing.TB, dsn string) *sql.DB {
 	if err != nil {
 		t.Fatalf("mysqltest: %v", err)
 	}
-	path := dsn[strings.LastIndexByte(dsn, '/')+1:]
+	// NewDatabase's DSNs are mysql://user@net(addr)/name?params.
+	_, path, ok := strings.Cut(dsn, ")/")
+	if !ok {
+		t.Fatalf("mysqltest: %s is not a DSN of NewDatabase", dsn)
+	}
 	cfg.DBName, _, _ = strings.Cut(path, "?")
 	cfg.MultiStatements = true
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
