@@ -224,3 +224,72 @@ func TestHotKeyHistory(t *testing.T) {
 		t.Logf("historical reads of one hot key took %v", d)
 	}
 }
+
+// TestHistoricalPages: a historical read longer than a page (500 keys)
+// goes on from the last key of each page, whether or not the keys it
+// passes were deleted, and stops at its limit.
+func TestHistoricalPages(t *testing.T) {
+	const keys = 1300
+	ctx := context.Background()
+	b := mustOpen(t, mysqltest.NewDatabase(t))
+	var kvs []*mvccpb.KeyValue
+	for i := range keys {
+		kvs = append(kvs, &mvccpb.KeyValue{Key: fmt.Appendf(nil, "k%05d", i), Value: []byte("v")})
+	}
+	if err := commitKV(t, b, 1, kvs...); err != nil {
+		t.Fatal(err)
+	}
+	// Revision 2 deletes every key in [400, 1000) and every third other.
+	w, err := b.BeginWrite(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want [][]byte
+	sub := int64(0)
+	for i := range keys {
+		key := fmt.Appendf(nil, "k%05d", i)
+		if i >= 400 && i < 1000 || i%3 == 0 {
+			if err := w.Delete(ctx, key, 2, sub); err != nil {
+				t.Fatal(err)
+			}
+			sub++
+			continue
+		}
+		want = append(want, key)
+	}
+	if err := errors.Join(w.SetRevisions(ctx, 2, 0), w.Commit()); err != nil {
+		t.Fatal(err)
+	}
+	if err := commitKV(t, b, 3, &mvccpb.KeyValue{Key: []byte("later"), Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := b.BeginRead(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Rollback()
+	for _, limit := range []int64{0, 1, 7, 266, 267, 400, 1000} {
+		got, err := r.Range(ctx, []byte("k"), []byte("l"), 2, limit, true)
+		if err != nil {
+			t.Fatalf("Range at 2 limit %d: %v", limit, err)
+		}
+		w := want
+		if limit > 0 && int64(len(w)) > limit {
+			w = w[:limit]
+		}
+		if len(got) != len(w) {
+			t.Fatalf("Range at 2 limit %d: %d keys, want %d", limit, len(got), len(w))
+		}
+		for i := range got {
+			if !bytes.Equal(got[i].Key, w[i]) || got[i].ModRevision != 1 {
+				t.Fatalf("Range at 2 limit %d: key %d is %q at %d, want %q at 1", limit, i, got[i].Key, got[i].ModRevision, w[i])
+			}
+		}
+	}
+	if n, err := r.Count(ctx, []byte("k"), []byte("l"), 2); err != nil || n != int64(len(want)) {
+		t.Errorf("Count at 2 = %d, %v; want %d", n, err, len(want))
+	}
+	if n, err := r.Count(ctx, nil, []byte{0}, 1); err != nil || n != keys {
+		t.Errorf("Count at 1 = %d, %v; want %d", n, err, keys)
+	}
+}
