@@ -1,6 +1,8 @@
-// Package mysql stores kite's revision log in a MySQL (8.0 and later) or
-// MariaDB (10.6 and later) database, in InnoDB tables. This is its first
-// phase: one kite server on one database. See "Not yet" below.
+// Package mysql stores kite's revision log in a MySQL or MariaDB
+// database, in InnoDB tables. Its SQL is written for MySQL 8.0 and later
+// and MariaDB 10.6 and later; its tests have run on MariaDB 10.11 only.
+// This is its first phase: one kite server on one database. See "Not
+// yet" below.
 //
 // # One writer at a time, in revision order
 //
