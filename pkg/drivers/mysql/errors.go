@@ -1,0 +1,66 @@
+package mysql
+
+import (
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/kite-db/kite/pkg/mvcc"
+)
+
+// classify marks a database error with the store's sentinel for its cause,
+// so the store recognises it by errors.Is rather than by the server's
+// text: out of reach (mvcc.ErrUnavailable) or a full disk
+// (mvcc.ErrDiskFull).
+func classify(err error) error {
+	if err == nil || errors.Is(err, mvcc.ErrUnavailable) || errors.Is(err, mvcc.ErrDiskFull) {
+		return err
+	}
+	switch {
+	case isDiskFull(err):
+		return fmt.Errorf("%w: %w", mvcc.ErrDiskFull, err)
+	case isConnectionError(err):
+		return fmt.Errorf("%w: %w", mvcc.ErrUnavailable, err)
+	}
+	return err
+}
+
+// Server error numbers (MySQL's and MariaDB's, which agree on these).
+const (
+	erDiskFull          = 1021 // ER_DISK_FULL
+	erRecordFileFull    = 1114 // ER_RECORD_FILE_FULL: "The table is full"
+	erConCount          = 1040 // ER_CON_COUNT_ERROR: too many connections
+	erServerShutdown    = 1053 // ER_SERVER_SHUTDOWN
+	erOptionPreventsRO  = 1290 // ER_OPTION_PREVENTS_STATEMENT: --read-only, a replica
+	erConnectionKilled  = 1927 // MariaDB's ER_CONNECTION_KILLED
+	erClientIdleTimeout = 4031 // MySQL 8's ER_CLIENT_INTERACTION_TIMEOUT
+
+	erUnknownSystemVariable = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE
+)
+
+func isDiskFull(err error) bool {
+	var me *gomysql.MySQLError
+	return errors.As(err, &me) && (me.Number == erDiskFull || me.Number == erRecordFileFull)
+}
+
+// isConnectionError reports errors of the connection rather than of the
+// statement: the network, a server shutting down or refusing connections,
+// a session killed, or a server that only reads (a replica or a primary
+// being switched over), after which a retry may reach a writable one.
+func isConnectionError(err error) bool {
+	var me *gomysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case erConCount, erServerShutdown, erOptionPreventsRO, erConnectionKilled, erClientIdleTimeout:
+			return true
+		}
+		return false
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr) || errors.Is(err, driver.ErrBadConn) ||
+		errors.Is(err, gomysql.ErrInvalidConn) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}

@@ -1,0 +1,47 @@
+package mysql
+
+import (
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/kite-db/kite/pkg/mvcc"
+)
+
+func TestClassify(t *testing.T) {
+	tests := []struct {
+		err  error
+		want error // nil: left as it is
+	}{
+		{&gomysql.MySQLError{Number: erDiskFull}, mvcc.ErrDiskFull},
+		{&gomysql.MySQLError{Number: erRecordFileFull}, mvcc.ErrDiskFull},
+		{&gomysql.MySQLError{Number: erConCount}, mvcc.ErrUnavailable},
+		{&gomysql.MySQLError{Number: erServerShutdown}, mvcc.ErrUnavailable},
+		{&gomysql.MySQLError{Number: erOptionPreventsRO}, mvcc.ErrUnavailable},
+		{&gomysql.MySQLError{Number: erConnectionKilled}, mvcc.ErrUnavailable},
+		{fmt.Errorf("read: %w", driver.ErrBadConn), mvcc.ErrUnavailable},
+		{gomysql.ErrInvalidConn, mvcc.ErrUnavailable},
+		{io.ErrUnexpectedEOF, mvcc.ErrUnavailable},
+		{&gomysql.MySQLError{Number: 1062}, nil}, // duplicate key: a statement's error
+		{&gomysql.MySQLError{Number: 1213}, nil}, // deadlock
+		{errors.New("other"), nil},
+	}
+	for _, tc := range tests {
+		got := classify(tc.err)
+		if !errors.Is(got, tc.err) {
+			t.Errorf("classify(%v) = %v lost the cause", tc.err, got)
+		}
+		for _, s := range []error{mvcc.ErrDiskFull, mvcc.ErrUnavailable} {
+			if errors.Is(got, s) != (s == tc.want) {
+				t.Errorf("classify(%v) = %v: errors.Is %v = %v", tc.err, got, s, errors.Is(got, s))
+			}
+		}
+	}
+	if classify(nil) != nil {
+		t.Errorf("classify(nil) is not nil")
+	}
+}
