@@ -184,7 +184,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.StringVar(&f.peerClientCertFile, "peer-client-cert-file", "", "Path to the certificate this member presents to other members (default: --peer-cert-file).")
 	fs.StringVar(&f.peerClientKeyFile, "peer-client-key-file", "", "Path to the key of --peer-client-cert-file.")
 	fs.Var(&f.peerAllowedCNs, "peer-cert-allowed-cn", "Comma-separated `list` of allowed CNs for inter-peer TLS authentication.")
-	fs.StringVar(&f.datastoreEndpoint, "datastore-endpoint", "", "Storage: empty or sqlite://PATH for the embedded SQLite database (kite.db in --data-dir by default); postgres://user:pass@host/db?sslmode=... for several kite servers on one Postgres database; raftsql for a member of a raft cluster (also selected by --initial-cluster or --listen-peer-urls).")
+	fs.StringVar(&f.datastoreEndpoint, "datastore-endpoint", "", "Storage: empty or sqlite://PATH for the embedded SQLite database (kite.db in --data-dir by default); postgres://user:pass@host/db?sslmode=... for several kite servers on one Postgres database; mysql://user:pass@tcp(host:3306)/db (or mysql://user:pass@host:3306/db) for one kite server on a MySQL or MariaDB database; raftsql for a member of a raft cluster (also selected by --initial-cluster or --listen-peer-urls).")
 	fs.IntVar(&f.datastoreMaxOpenConns, "datastore-max-open-connections", 0, "Most connections to a database server (0: the driver's default).")
 	fs.IntVar(&f.datastoreMaxIdleConns, "datastore-max-idle-connections", 0, "Connections to a database server kept open while idle (0: the driver's default).")
 	fs.DurationVar(&f.datastoreConnMaxLifetime, "datastore-connection-max-lifetime", 0, "Longest a database server connection is reused (0: the driver's default).")

@@ -4,6 +4,7 @@
 //
 //	""  or sqlite://PATH           embedded SQLite (PATH, or kite.db in the data dir)
 //	postgres://... postgresql://... several kite servers on one Postgres database
+//	mysql://...                     one kite server on a MySQL or MariaDB database
 //	raftsql                         a member of a raft cluster (Config.Raft), each
 //	                                member with its own SQLite in the data dir
 package datastore
@@ -20,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/kite-db/kite/pkg/drivers/mysql"
 	"github.com/kite-db/kite/pkg/drivers/postgres"
 	"github.com/kite-db/kite/pkg/drivers/raftsql"
 	"github.com/kite-db/kite/pkg/drivers/sqlite"
@@ -30,6 +32,7 @@ import (
 const (
 	KindSQLite   = "sqlite"
 	KindPostgres = "postgres"
+	KindMySQL    = "mysql"
 	KindRaftSQL  = "raftsql"
 )
 
@@ -66,15 +69,17 @@ func Kind(endpoint string) (string, error) {
 	}
 	scheme, _, ok := strings.Cut(endpoint, "://")
 	if !ok {
-		return "", fmt.Errorf("datastore endpoint %q: want sqlite://PATH, postgres://... or raftsql", Redact(endpoint))
+		return "", fmt.Errorf("datastore endpoint %q: want sqlite://PATH, postgres://..., mysql://... or raftsql", Redact(endpoint))
 	}
 	switch strings.ToLower(scheme) {
 	case "sqlite":
 		return KindSQLite, nil
 	case "postgres", "postgresql":
 		return KindPostgres, nil
+	case "mysql":
+		return KindMySQL, nil
 	}
-	return "", fmt.Errorf("datastore endpoint %q: unknown scheme %q (want sqlite or postgres)", Redact(endpoint), scheme)
+	return "", fmt.Errorf("datastore endpoint %q: unknown scheme %q (want sqlite, postgres or mysql)", Redact(endpoint), scheme)
 }
 
 // SQLitePath returns the database file of a SQLite endpoint.
@@ -88,6 +93,9 @@ func SQLitePath(endpoint, dataDir string) string {
 // Redact hides the password of a URL-shaped endpoint and of a key=value
 // connection string's password setting.
 func Redact(endpoint string) string {
+	if strings.HasPrefix(strings.ToLower(endpoint), "mysql://") {
+		return mysql.Redact(endpoint)
+	}
 	if u, err := url.Parse(endpoint); err == nil && u.Scheme != "" && u.Opaque == "" {
 		if _, has := u.User.Password(); has {
 			u.User = url.UserPassword(u.User.Username(), "xxxxx")
@@ -148,32 +156,58 @@ func Open(ctx context.Context, cfg Config) (mvcc.Backend, error) {
 		}
 		return b, nil
 	}
+	if kind == KindMySQL {
+		// A malformed DSN is not worth retrying.
+		if _, err := mysql.ParseDSN(cfg.Endpoint); err != nil {
+			return nil, fmt.Errorf("datastore endpoint %s: %w", Redact(cfg.Endpoint), err)
+		}
+		opts := mysql.Options{Logger: log, MaxOpenConns: cfg.MaxOpenConns,
+			MaxIdleConns: cfg.MaxIdleConns, ConnMaxLifetime: cfg.ConnMaxLifetime}
+		return openRetrying(ctx, log, cfg.Endpoint, func() (mvcc.Backend, error) {
+			return mysql.Open(ctx, cfg.Endpoint, opts)
+		})
+	}
 	// A malformed connection string is not worth retrying.
 	if _, err := pgx.ParseConfig(cfg.Endpoint); err != nil {
 		return nil, fmt.Errorf("datastore endpoint %s: %w", Redact(cfg.Endpoint), err)
 	}
 	opts := postgres.Options{Logger: log, MaxOpenConns: cfg.MaxOpenConns,
 		MaxIdleConns: cfg.MaxIdleConns, ConnMaxLifetime: cfg.ConnMaxLifetime}
+	return openRetrying(ctx, log, cfg.Endpoint, func() (mvcc.Backend, error) {
+		return postgres.Open(ctx, cfg.Endpoint, opts)
+	})
+}
+
+// openRetrying calls open until it succeeds, ctx ends, or it fails in a
+// way only the operator can mend (a database the user may not create),
+// with backoff and a log line every few seconds saying why.
+func openRetrying(ctx context.Context, log *slog.Logger, endpoint string, open func() (mvcc.Backend, error)) (mvcc.Backend, error) {
+	kind, _ := Kind(endpoint)
 	backoff, lastLog := time.Second, time.Time{}
 	for {
-		b, err := postgres.Open(ctx, cfg.Endpoint, opts)
+		b, err := open()
 		if err == nil {
 			return b, nil
 		}
 		if ctx.Err() != nil {
-			return nil, errors.Join(fmt.Errorf("open postgres datastore %s", Redact(cfg.Endpoint)), err)
+			return nil, errors.Join(fmt.Errorf("open %s datastore %s", kind, Redact(endpoint)), err)
 		}
-		if errors.Is(err, postgres.ErrDatabaseMissing) {
+		if errors.Is(err, postgres.ErrDatabaseMissing) || errors.Is(err, mysql.ErrDatabaseMissing) {
 			// Only the operator can help: said once, not retried.
-			return nil, fmt.Errorf("open postgres datastore %s: %w", Redact(cfg.Endpoint), err)
+			return nil, fmt.Errorf("open %s datastore %s: %w", kind, Redact(endpoint), err)
 		}
 		if time.Since(lastLog) >= retryLogEvery {
-			if errors.Is(err, mvcc.ErrHistoryLost) {
+			switch {
+			case errors.Is(err, mvcc.ErrHistoryLost):
 				// Retried too: the operator's accept-history (or a
 				// restore) lets this server start without a restart.
-				log.Error("datastore refused: its history is behind what kite served; retrying", "endpoint", Redact(cfg.Endpoint), "retry_in", backoff, "err", err)
-			} else {
-				log.Warn("datastore not reachable; retrying", "endpoint", Redact(cfg.Endpoint), "retry_in", backoff, "err", err)
+				log.Error("datastore refused: its history is behind what kite served; retrying", "endpoint", Redact(endpoint), "retry_in", backoff, "err", err)
+			case errors.Is(err, mysql.ErrDatabaseInUse):
+				// A server that just died holds it until the database
+				// notices its session is gone.
+				log.Warn("datastore in use by another kite server; retrying", "endpoint", Redact(endpoint), "retry_in", backoff, "err", err)
+			default:
+				log.Warn("datastore not reachable; retrying", "endpoint", Redact(endpoint), "retry_in", backoff, "err", err)
 			}
 			lastLog = time.Now()
 		}
@@ -181,7 +215,7 @@ func Open(ctx context.Context, cfg Config) (mvcc.Backend, error) {
 		case <-ctx.Done():
 			// The last failure says why (no such database, authentication),
 			// which the deadline alone does not.
-			return nil, errors.Join(fmt.Errorf("open postgres datastore %s: %w", Redact(cfg.Endpoint), ctx.Err()), err)
+			return nil, errors.Join(fmt.Errorf("open %s datastore %s: %w", kind, Redact(endpoint), ctx.Err()), err)
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 10*time.Second)

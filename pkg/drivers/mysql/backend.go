@@ -78,6 +78,9 @@ type Backend struct {
 
 	observeCommit atomic.Pointer[func(time.Duration)]
 
+	// exclusive holds the database's server lock (exclusive.go).
+	exclusive *sql.Conn
+
 	closeMu sync.Mutex
 	closed  atomic.Bool
 }
@@ -92,8 +95,11 @@ func (b *Backend) ObserveCommits(observe func(time.Duration)) {
 	b.observeCommit.Store(&observe)
 }
 
-// Open connects to the database at dsn (see ParseDSN), checks that the
-// server is one kite can run on, and creates or migrates kite's schema.
+// Open connects to the database at dsn (see ParseDSN), creating it if it
+// does not exist and the user may (createdb.go), checks that the server is
+// one kite can run on, creates or migrates kite's schema, and
+// takes the database's server lock (exclusive.go): a second kite server on
+// the same database gets ErrDatabaseInUse.
 func Open(ctx context.Context, dsn string, opts Options) (b *Backend, err error) {
 	opts = opts.withDefaults()
 	cfg, err := ParseDSN(dsn)
@@ -123,10 +129,19 @@ func Open(ctx context.Context, dsn string, opts Options) (b *Backend, err error)
 			err = errors.Join(err, db.Close())
 		}
 	}()
-	if err := b.checkServer(ctx); err != nil {
+	err = b.checkServer(ctx)
+	if isMissingDatabase(err) {
+		if err = createDatabase(ctx, cfg, b.log); err == nil {
+			err = b.checkServer(ctx)
+		}
+	}
+	if err != nil {
 		return nil, classify(fmt.Errorf("open mysql %s: %w", where, err))
 	}
 	if err := migrate(ctx, b.db, b.log); err != nil {
+		return nil, classify(fmt.Errorf("open mysql %s: %w", where, err))
+	}
+	if err := b.lockExclusive(ctx); err != nil {
 		return nil, classify(fmt.Errorf("open mysql %s: %w", where, err))
 	}
 	b.log.Info("opened mysql backend", "max_conns", opts.MaxOpenConns, "max_allowed_packet", b.packet)
@@ -184,6 +199,11 @@ func (b *Backend) Close() error {
 	defer b.closeMu.Unlock()
 	if b.closed.Swap(true) {
 		return nil
+	}
+	if b.exclusive != nil {
+		// Closing the session frees the lock as well; the pool's Close
+		// waits for the connection to come back.
+		_ = b.exclusive.Close()
 	}
 	if err := b.db.Close(); err != nil {
 		return fmt.Errorf("close mysql: %w", err)

@@ -90,7 +90,13 @@
 // one commits, rather than each polling the log; the primary role, held
 // by a GET_LOCK on a dedicated connection, that expires leases; lease
 // renewals heard by the primary), and a history check after a failover
-// to a replica that lacked acknowledged commits. Galera (MariaDB Galera
+// to a replica that lacked acknowledged commits. Until then a server
+// holds a named lock on its database for as long as it has it open, and
+// a second server is refused with ErrDatabaseInUse (exclusive.go). The
+// lock lives with its session: if that connection alone is lost while
+// the server runs, a second server could open the database meanwhile;
+// the refusal guards against a misconfigured second server, not against
+// every network fault. Galera (MariaDB Galera
 // Cluster, Percona XtraDB Cluster) is untested: there the revision row
 // lock holds only on the node that took it, so writers on two nodes
 // collide at commit, where certification aborts one of them, and Galera
