@@ -4,7 +4,9 @@
 //
 // KITE_TEST_DATASTORE=postgres runs every kite these tests start on a fresh
 // Postgres database (pkg/drivers/postgres/pgtest says where Postgres is
-// found) instead of its default embedded SQLite; KITE_TEST_DATASTORE=raftsql
+// found) instead of its default embedded SQLite, KITE_TEST_DATASTORE=mysql
+// on a fresh MySQL or MariaDB database (pkg/drivers/mysql/mysqltest);
+// KITE_TEST_DATASTORE=raftsql
 // makes every kite one member of a fresh 3-member raftsql cluster, and
 // raftsql-restored the same with every member's data dir made by `kite
 // snapshot restore` from an empty kite's snapshot.
@@ -33,6 +35,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kite-db/kite/internal/testenv"
+	"github.com/kite-db/kite/pkg/drivers/mysql/mysqltest"
 	"github.com/kite-db/kite/pkg/drivers/postgres/pgtest"
 	"github.com/kite-db/kite/pkg/drivers/sqlite"
 	"github.com/kite-db/kite/pkg/mvcc"
@@ -44,7 +47,8 @@ var (
 	kiteBuildErr, ctlBuildE error
 	againstEtcd             = os.Getenv("KITE_TEST_AGAINST_ETCD") == "1"
 	// datastore is the storage of the kites the tests start: "sqlite",
-	// "postgres" or "raftsql" (each kite a member of a 3-member cluster).
+	// "postgres", "mysql" or "raftsql" (each kite a member of a 3-member
+	// cluster).
 	datastore = envOr("KITE_TEST_DATASTORE", "sqlite")
 )
 
@@ -64,10 +68,12 @@ func freshStorageFlags(t testing.TB) []string {
 		return nil
 	case "postgres":
 		return []string{"--datastore-endpoint", pgtest.NewDatabase(t)}
+	case "mysql":
+		return []string{"--datastore-endpoint", mysqltest.NewDatabase(t)}
 	case "raftsql", "raftsql-restored":
 		return raftPeers(t)
 	}
-	t.Fatalf("KITE_TEST_DATASTORE=%q: want sqlite, postgres, raftsql or raftsql-restored", datastore)
+	t.Fatalf("KITE_TEST_DATASTORE=%q: want sqlite, postgres, mysql, raftsql or raftsql-restored", datastore)
 	return nil
 }
 

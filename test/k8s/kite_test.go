@@ -21,6 +21,7 @@ import (
 	storagetesting "k8s.io/apiserver/pkg/storage/testing"
 
 	"github.com/kite-db/kite/internal/testenv"
+	"github.com/kite-db/kite/pkg/drivers/mysql/mysqltest"
 	"github.com/kite-db/kite/pkg/drivers/postgres/pgtest"
 )
 
@@ -31,8 +32,9 @@ import (
 //
 // KITE_K8S_DATASTORE chooses kite's storage: sqlite (default, kite.db in the
 // server's data dir), postgres (every kite gets a fresh database of its own
-// on the Postgres server of KITE_TEST_POSTGRES; see postgres_test.go) or
-// raftsql (every kite is one member of a fresh 3-member raft cluster, the
+// on the Postgres server of KITE_TEST_POSTGRES; see postgres_test.go), mysql
+// (the same on the MySQL or MariaDB server of KITE_TEST_MYSQL; see
+// mysql_test.go) or raftsql (every kite is one member of a fresh 3-member raft cluster, the
 // two others started alongside it; the suite talks to that one member; see
 // raftsql_test.go).
 //
@@ -59,9 +61,9 @@ func TestMain(m *testing.M) {
 
 func runMain(m *testing.M) int {
 	switch datastore {
-	case "sqlite", "postgres", "raftsql":
+	case "sqlite", "postgres", "mysql", "raftsql":
 	default:
-		fmt.Fprintf(os.Stderr, "KITE_K8S_DATASTORE=%q: want sqlite, postgres or raftsql\n", datastore)
+		fmt.Fprintf(os.Stderr, "KITE_K8S_DATASTORE=%q: want sqlite, postgres, mysql or raftsql\n", datastore)
 		return 2
 	}
 	switch backend {
@@ -82,6 +84,9 @@ func runMain(m *testing.M) int {
 		fmt.Printf("k8s storage suite: backend = kite (%s) %s\n", datastore, bin)
 		if datastore == "postgres" {
 			fmt.Println("k8s storage suite: a fresh Postgres database per kite on", adminWhere(pgtest.AdminDSN()))
+		}
+		if datastore == "mysql" {
+			fmt.Println("k8s storage suite: a fresh MySQL database per kite on", mysqltest.AdminDSN())
 		}
 		if datastore == "raftsql" {
 			fmt.Println("k8s storage suite: every kite one member of a fresh 3-member raft cluster; the tests talk to that member")
@@ -201,6 +206,9 @@ func tryStartKite(t testing.TB, opts serverOptions) (kiteServer, error) {
 		// after kite stopped (t.Cleanup runs last-in first-out).
 		k.dsn = pgtest.NewDatabase(t)
 	}
+	if datastore == "mysql" {
+		k.dsn = mysqltest.NewDatabase(t)
+	}
 	port, err := testenv.FreePort()
 	if err != nil {
 		return k, err
@@ -261,10 +269,10 @@ func tryStartKite(t testing.TB, opts serverOptions) (kiteServer, error) {
 		}
 	})
 	if k.dsn != "" {
-		// Every kite of postgres mode must keep its data in Postgres, not
-		// in an SQLite file of its data dir.
+		// Every kite of postgres or mysql mode must keep its data in its
+		// database server, not in an SQLite file of its data dir.
 		if _, err := os.Stat(filepath.Join(k.dataDir, "kite.db")); err == nil {
-			t.Fatalf("postgres mode, but kite created %s", filepath.Join(k.dataDir, "kite.db"))
+			t.Fatalf("%s mode, but kite created %s", datastore, filepath.Join(k.dataDir, "kite.db"))
 		}
 	}
 	return k, nil

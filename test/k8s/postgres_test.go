@@ -84,6 +84,8 @@ func TestStorageUnderTest(t *testing.T) {
 			t.Errorf("kite_live has value %q at revision %d, want %q at %d", value, modRev, "here", resp.Header.Revision)
 		}
 		t.Logf("key at revision %d found in kite_live of its database; kite_revision.current_rev = %d", modRev, rev)
+	case "mysql":
+		checkMySQLStorage(t, ctx, k, resp)
 	case "raftsql":
 		checkRaftStorage(t, ctx, k, client, resp)
 	}
