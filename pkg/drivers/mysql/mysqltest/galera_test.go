@@ -172,6 +172,24 @@ func TestGalera(t *testing.T) {
 		mustExec(t, dbs[1], "DELETE FROM t WHERE k >= 1000")
 	})
 
+	// Before the kill, which resets node 2's counters.
+	for i := range dbs {
+		var name, value string
+		counters := []string{}
+		rows, err := dbs[i].Query("SHOW STATUS WHERE Variable_name IN ('wsrep_local_cert_failures', 'wsrep_local_bf_aborts')")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			if err := rows.Scan(&name, &value); err != nil {
+				t.Fatal(err)
+			}
+			counters = append(counters, name+"="+value)
+		}
+		rows.Close()
+		t.Logf("node %d: %s", i, strings.Join(counters, " "))
+	}
+
 	t.Run("KillAndRejoin", func(t *testing.T) {
 		g.Kill(t, 2)
 		dbs[2].Close()
@@ -203,23 +221,6 @@ func TestGalera(t *testing.T) {
 			t.Errorf("node 2 after rejoining: %d rows, want 30", n)
 		}
 	})
-
-	for i := range dbs {
-		var name, value string
-		counters := []string{}
-		rows, err := dbs[i].Query("SHOW STATUS WHERE Variable_name IN ('wsrep_local_cert_failures', 'wsrep_local_bf_aborts')")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			if err := rows.Scan(&name, &value); err != nil {
-				t.Fatal(err)
-			}
-			counters = append(counters, name+"="+value)
-		}
-		rows.Close()
-		t.Logf("node %d: %s", i, strings.Join(counters, " "))
-	}
 }
 
 // galeraDB is a pool on node i's kite_galera database, closed when t ends.
@@ -327,7 +328,9 @@ func wantDeadlock(t *testing.T, err error) {
 }
 
 // transferKind says from node i's log whether its last join was an
-// incremental or a full state transfer.
+// incremental or a full state transfer. MariaDB logs "SST received" in
+// both cases, since the rsync script runs for an IST too; the script's
+// own lines tell them apart.
 func transferKind(t *testing.T, g *Galera, i int) string {
 	t.Helper()
 	b, err := os.ReadFile(g.nodes[i].log)
@@ -339,13 +342,12 @@ func transferKind(t *testing.T, g *Galera, i int) string {
 	if j := strings.LastIndex(log, "Starting MariaDB"); j >= 0 {
 		log = log[j:]
 	}
-	// After a full transfer the joiner also receives, by IST, what was
-	// committed meanwhile: SST is the one to look for first.
-	switch {
-	case strings.Contains(log, "SST received"):
-		return "SST"
-	case strings.Contains(log, "IST received"):
-		return "IST"
+	if strings.Contains(log, "rsync SST completed") {
+		return "full state transfer"
+	}
+	if _, rest, ok := strings.Cut(log, "Receiving IST: "); ok {
+		line, _, _ := strings.Cut(rest, "\n")
+		return "IST of " + line
 	}
 	return "transfer unknown"
 }
