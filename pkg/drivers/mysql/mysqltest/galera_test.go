@@ -19,9 +19,8 @@ import (
 
 // TestGalera runs a 3-node cluster and checks what kite's multi-primary
 // design rests on (docs/galera-notes.md): writes on any node reach all,
-// conflicting writers on two nodes are told apart by certification with
-// error 1213, a row lock holds on its own node only, GET_LOCK is refused,
-// wsrep_sync_wait makes a read wait for what the cluster committed, and a
+// of two conflicting writers on two nodes one fails with error 1213, a
+// row lock and a GET_LOCK hold on their own node only, wsrep_sync_wait makes a read wait for what the cluster committed, and a
 // killed node rejoins with the writes it missed.
 func TestGalera(t *testing.T) {
 	top := t
