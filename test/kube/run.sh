@@ -17,10 +17,13 @@
 #   KITE_DATASTORE_ENDPOINT=URL
 #                      kite's --datastore-endpoint, at the start and at the
 #                      restart (default: none, SQLite kite.db in kite's data dir)
-#   KITE_KUBE_DATASTORE=sqlite|postgres|raftsql
+#   KITE_KUBE_DATASTORE=sqlite|postgres|mysql|raftsql
 #                      postgres: create a fresh database kite_kube_<hex> with
 #                      createdb on 127.0.0.1 (user postgres; PGPORT, default
 #                      5432), run kite on it and drop it at exit
+#                      mysql: the same on the MySQL or MariaDB server at
+#                      127.0.0.1 (user root, empty password; MYSQL_PORT,
+#                      default 3306), with the mysql client
 #                      raftsql: a cluster of three kite members (etcd's command
 #                      line, each with its own data dir and SQLite);
 #                      kube-apiserver and etcdctl get all three client URLs,
@@ -35,18 +38,25 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 export PATH="/usr/local/go/bin:$PATH"
 
-# Storage: DATASTORE is what kite runs on (sqlite, postgres or raftsql),
+# Storage: DATASTORE is what kite runs on (sqlite, postgres, mysql or raftsql),
 # ENDPOINT its --datastore-endpoint ("" for kite.db in its data dir).
 KITE_KUBE_DATASTORE=${KITE_KUBE_DATASTORE:-sqlite}
 ENDPOINT=${KITE_DATASTORE_ENDPOINT:-}
 PG_DB=""      # the database this script created (KITE_KUBE_DATASTORE=postgres)
 COPY_PG_DB="" # the database it created for the kite copy test (same mode)
 PG_CHECK=""   # a psql connection string to look into kite's database
+MY_DB=""      # the database this script created (KITE_KUBE_DATASTORE=mysql)
 case "$KITE_KUBE_DATASTORE" in
 sqlite) ;;
 postgres)
   if [ -n "$ENDPOINT" ]; then
     echo "KITE_KUBE_DATASTORE=postgres creates a database of its own: unset KITE_DATASTORE_ENDPOINT" >&2
+    exit 2
+  fi
+  ;;
+mysql)
+  if [ -n "$ENDPOINT" ]; then
+    echo "KITE_KUBE_DATASTORE=mysql creates a database of its own: unset KITE_DATASTORE_ENDPOINT" >&2
     exit 2
   fi
   ;;
@@ -57,7 +67,7 @@ raftsql)
   fi
   ;;
 *)
-  echo "KITE_KUBE_DATASTORE=$KITE_KUBE_DATASTORE: want sqlite, postgres or raftsql" >&2
+  echo "KITE_KUBE_DATASTORE=$KITE_KUBE_DATASTORE: want sqlite, postgres, mysql or raftsql" >&2
   exit 2
   ;;
 esac
@@ -70,8 +80,10 @@ postgres://* | postgresql://*) DATASTORE=postgres PG_CHECK=$ENDPOINT ;;
   ;;
 esac
 if [ "$KITE_KUBE_DATASTORE" = postgres ]; then DATASTORE=postgres; fi
+if [ "$KITE_KUBE_DATASTORE" = mysql ]; then DATASTORE=mysql; fi
 if [ "$KITE_KUBE_DATASTORE" = raftsql ]; then DATASTORE=raftsql; fi
 PG_ADMIN=(-h 127.0.0.1 -p "${PGPORT:-5432}" -U postgres)
+MY_ADMIN=(-h 127.0.0.1 -P "${MYSQL_PORT:-3306}" -u root)
 
 WORK=${KITE_KUBE_WORK:-$(mktemp -d /tmp/kite-kube.XXXXXX)}
 mkdir -p "$WORK"
@@ -124,6 +136,8 @@ summary() {
 storage_desc() {
   if [ "$DATASTORE" = raftsql ]; then
     echo "raftsql, 3 members, each with kite.db in its own data dir (KITE_KUBE_DATASTORE=raftsql)"
+  elif [ "$DATASTORE" = mysql ]; then
+    echo "mysql, database ${MY_DB:-(not created)} on 127.0.0.1:${MYSQL_PORT:-3306} (KITE_KUBE_DATASTORE=mysql)"
   elif [ "$KITE_KUBE_DATASTORE" = postgres ]; then
     echo "postgres, database ${PG_DB:-(not created)} on 127.0.0.1:${PGPORT:-5432} (KITE_KUBE_DATASTORE=postgres)"
   elif [ "$DATASTORE" = postgres ]; then
@@ -152,10 +166,26 @@ drop_db() {
   fi
 }
 
+# drop_mysql_db NAME: the same for a MySQL database.
+drop_mysql_db() {
+  local db=$1
+  [ -n "$db" ] || return 0
+  if [ "${KITE_KUBE_KEEP:-}" = 1 ]; then
+    echo "KITE_KUBE_KEEP=1: keeping database $db (mysql -h 127.0.0.1 -u root -e 'DROP DATABASE $db')"
+    return 0
+  fi
+  if mysql "${MY_ADMIN[@]}" -e "DROP DATABASE IF EXISTS \`$db\`" 2>"$WORK/dropdb.err"; then
+    echo "dropped database $db"
+  else
+    fail "drop database $db: $(cat "$WORK/dropdb.err")"
+  fi
+}
+
 cleanup() {
   local rc=$?
   for name in "${!PIDS[@]}"; do stop_pid "$name"; done
   drop_db "$PG_DB"
+  drop_mysql_db "$MY_DB"
   drop_db "$COPY_PG_DB"
   if [ "$rc" -ne 0 ] || [ "$FAILED" -ne 0 ]; then
     for f in "$LOGS"/*.log; do
@@ -240,6 +270,14 @@ if [ "$KITE_KUBE_DATASTORE" = postgres ]; then
   PG_DB=$name
   ENDPOINT="postgres://postgres@127.0.0.1:${PGPORT:-5432}/$PG_DB?sslmode=disable"
   PG_CHECK=$ENDPOINT
+fi
+if [ "$KITE_KUBE_DATASTORE" = mysql ]; then
+  name="kite_kube_$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
+  if ! mysql "${MY_ADMIN[@]}" -e "CREATE DATABASE $name" 2>"$LOGS/createdb.log"; then
+    die "create database $name on 127.0.0.1:${MYSQL_PORT:-3306} (user root): $(cat "$LOGS/createdb.log")"
+  fi
+  MY_DB=$name
+  ENDPOINT="mysql://root@tcp(127.0.0.1:${MYSQL_PORT:-3306})/$MY_DB"
 fi
 log "kite storage: $(storage_desc)"
 
@@ -614,6 +652,26 @@ storage_check() {
       return 0
     fi
     check "postgres mode: kite-bulk configmaps in kite_live of kite's database, kite_revision at or past $rev" "$got" "500|t"
+    ;;
+  mysql)
+    if [ -e "$KITE_DATA/kite.db" ]; then
+      fail "mysql mode, but kite wrote $KITE_DATA/kite.db"
+    else
+      pass "mysql mode: no kite.db in kite's data dir"
+    fi
+    rev=$(etcdctl endpoint status -w json | jq -r '.[0].Status.header.revision')
+    if ! [[ $rev =~ ^[0-9]+$ ]]; then
+      fail "mysql mode: kite's revision from etcdctl endpoint status: '$rev'"
+      return 0
+    fi
+    if ! got=$(mysql "${MY_ADMIN[@]}" -D "$MY_DB" -N -B -e "SELECT
+        (SELECT count(*) FROM kite_live
+          WHERE k >= '/registry/configmaps/kite-bulk/' AND k < '/registry/configmaps/kite-bulk0'),
+        (SELECT current_rev >= $rev FROM kite_revision)" 2>&1); then
+      fail "mysql on kite's database $MY_DB: $got"
+      return 0
+    fi
+    check "mysql mode: kite-bulk configmaps in kite_live of kite's database, kite_revision at or past $rev" "$(tr '\t' '|' <<<"$got")" "500|1"
     ;;
   raftsql)
     # Every member applies the log into its own SQLite: each data dir has
