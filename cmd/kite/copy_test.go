@@ -69,7 +69,7 @@ func TestParseCopyFlags(t *testing.T) {
 		{name: "two sources", args: []string{"--from", "sqlite://a.db", "--from-data-dir", "d", "--to", "sqlite://x.db"}, wantErr: "exactly one of --from"},
 		{name: "no target", args: []string{"--from", "sqlite://a.db"}, wantErr: "exactly one of --to"},
 		{name: "server target", args: []string{"--from", "sqlite://a.db", "--to", "http://u:secret@127.0.0.1:2379"}, wantErr: "must be a kite storage"},
-		{name: "unknown scheme", args: []string{"--from", "mysql://u:secret@h/db", "--to", "sqlite://x.db"}, wantErr: "unknown scheme"},
+		{name: "unknown scheme", args: []string{"--from", "mongodb://u:secret@h/db", "--to", "sqlite://x.db"}, wantErr: "unknown scheme"},
 		{name: "empty sqlite path", args: []string{"--from", "sqlite://", "--to", "sqlite://x.db"}, wantErr: "want sqlite://PATH"},
 		{name: "another file in the target dir", args: []string{"--from", "sqlite://" + dir + "/a.db", "--to-data-dir", dir, "--force"}, wantErr: ""},
 		{name: "same file really", args: []string{"--from", "sqlite://" + dir + "/kite.db", "--to-data-dir", dir}, wantErr: "the same storage"},

@@ -26,7 +26,9 @@ func TestKind(t *testing.T) {
 		{"sqlite:///var/lib/kite/kite.db", KindSQLite, false},
 		{"postgres://u:p@127.0.0.1/db?sslmode=disable", KindPostgres, false},
 		{"postgresql://127.0.0.1/db", KindPostgres, false},
-		{"mysql://u:secret@127.0.0.1/db", "", true},
+		{"mysql://u:secret@tcp(127.0.0.1:3306)/db", KindMySQL, false},
+		{"mysql://u:secret@127.0.0.1/db", KindMySQL, false},
+		{"mongodb://u:secret@127.0.0.1/db", "", true},
 		{"u:secret@127.0.0.1/db", "", true},
 	} {
 		got, err := Kind(tt.endpoint)
@@ -44,6 +46,8 @@ func TestRedact(t *testing.T) {
 		"postgres://kite:secret@db.example:5432/kite?sslmode=verify-full",
 		"postgres://kite@db.example/kite?password=secret",
 		"postgres://kite:secret@[::1/kite", // not a URL: only the scheme is shown
+		"mysql://kite:secret@tcp(db.example:3306)/kite",
+		"mysql://kite:secret@db.example:3306/kite?tls=true",
 	} {
 		if got := Redact(in); strings.Contains(got, "secret") {
 			t.Errorf("Redact(%q) = %q shows the password", in, got)
