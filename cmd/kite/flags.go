@@ -520,7 +520,7 @@ func (u *uint32Flag) Set(v string) error {
 // printUsage lists every flag with its default and environment variable.
 func printUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprint(w, `Usage:
-  kite [flags]          serve the etcd v3 API from SQLite (default) or Postgres
+  kite [flags]          serve the etcd v3 API from SQLite (default), Postgres, MySQL or raftsql
   kite snapshot save    stream a snapshot from a running server to a file
   kite snapshot restore create a data dir from a snapshot (kite snapshot for usage)
   kite copy             copy a cluster between storages, or from an etcd (kite copy --help)

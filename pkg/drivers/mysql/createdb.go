@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	gomysql "github.com/go-sql-driver/mysql"
 )
@@ -19,9 +20,9 @@ var ErrDatabaseMissing = errors.New("mysql: database does not exist or this user
 
 // Errors createDatabase tells apart.
 const (
-	erBadDB             = 1049 // ER_BAD_DB_ERROR: unknown database
-	erDBAccessDenied    = 1044 // ER_DBACCESS_DENIED_ERROR
-	erAccessDeniedNoPwd = 1227 // ER_SPECIFIC_ACCESS_DENIED_ERROR
+	erBadDB          = 1049 // ER_BAD_DB_ERROR: unknown database
+	erDBAccessDenied = 1044 // ER_DBACCESS_DENIED_ERROR
+	erSpecificDenied = 1227 // ER_SPECIFIC_ACCESS_DENIED_ERROR
 )
 
 // isMissingDatabase reports whether err is the server refusing a
@@ -53,7 +54,7 @@ func createDatabase(ctx context.Context, cfg *gomysql.Config, log *slog.Logger) 
 	case err == nil:
 		log.Info("created the missing database", "database", cfg.DBName)
 		return nil
-	case errors.As(err, &me) && (me.Number == erDBAccessDenied || me.Number == erAccessDeniedNoPwd):
+	case errors.As(err, &me) && (me.Number == erDBAccessDenied || me.Number == erSpecificDenied):
 		return fmt.Errorf("%w: database %q, user %q (create it and grant the user ALL on it, or grant CREATE): %w", ErrDatabaseMissing, cfg.DBName, cfg.User, err)
 	default:
 		return fmt.Errorf("create missing database %q: %w", cfg.DBName, err)
@@ -62,12 +63,5 @@ func createDatabase(ctx context.Context, cfg *gomysql.Config, log *slog.Logger) 
 
 // quoteIdent quotes a MySQL identifier: backticks, a backtick doubled.
 func quoteIdent(name string) string {
-	out := []byte{'`'}
-	for i := 0; i < len(name); i++ {
-		if name[i] == '`' {
-			out = append(out, '`')
-		}
-		out = append(out, name[i])
-	}
-	return string(append(out, '`'))
+	return "`" + strings.ReplaceAll(name, "`", "``") + "`"
 }
