@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -101,6 +103,7 @@ type serveFlags struct {
 	datastoreMaxOpenConns    int
 	datastoreMaxIdleConns    int
 	datastoreConnMaxLifetime time.Duration
+	datastoreWakeListen      string
 
 	// testMaxChanges is KITE_TEST_MAX_CHANGES_PER_REVISION (kitetest
 	// builds only; hooks_testhooks.go).
@@ -188,6 +191,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.IntVar(&f.datastoreMaxOpenConns, "datastore-max-open-connections", 0, "Most connections to a database server (0: the driver's default).")
 	fs.IntVar(&f.datastoreMaxIdleConns, "datastore-max-idle-connections", 0, "Connections to a database server kept open while idle (0: the driver's default).")
 	fs.DurationVar(&f.datastoreConnMaxLifetime, "datastore-connection-max-lifetime", 0, "Longest a database server connection is reused (0: the driver's default).")
+	fs.StringVar(&f.datastoreWakeListen, "datastore-wake-listen", "", "On MySQL: the host:port where this server takes the other kite servers' wake-ups after their commits; they must reach it (default: the host of the first advertised client URL, any port).")
 	fs.Usage = func() { printUsage(fs.Output(), fs) }
 	return fs
 }
@@ -403,10 +407,30 @@ func (f *serveFlags) datastore(log *slog.Logger) datastore.Config {
 		MaxOpenConns:    f.datastoreMaxOpenConns,
 		MaxIdleConns:    f.datastoreMaxIdleConns,
 		ConnMaxLifetime: f.datastoreConnMaxLifetime,
+		WakeListen:      f.wakeListen(),
 		Raft:            f.raft,
 		SQLite:          f.sqliteOptions(),
 		Logger:          log,
 	}
+}
+
+// wakeListen is --datastore-wake-listen, or else a free port on the host
+// the clients reach this server at: the other servers of a MySQL database
+// can reach it there too, as a rule.
+func (f *serveFlags) wakeListen() string {
+	if f.datastoreWakeListen != "" {
+		return f.datastoreWakeListen
+	}
+	client := []string(f.advertiseClientURLs)
+	if len(client) == 0 {
+		client = f.listenClientURLs
+	}
+	for _, c := range client {
+		if u, err := url.Parse(c); err == nil && u.Hostname() != "" && u.Scheme != "unix" && u.Scheme != "unixs" {
+			return net.JoinHostPort(u.Hostname(), "0")
+		}
+	}
+	return ""
 }
 
 // sqliteOptions tunes the SQLite databases from --memory-budget (and, in

@@ -4,7 +4,7 @@
 //
 //	""  or sqlite://PATH           embedded SQLite (PATH, or kite.db in the data dir)
 //	postgres://... postgresql://... several kite servers on one Postgres database
-//	mysql://...                     one kite server on a MySQL or MariaDB database
+//	mysql://...                     several kite servers on one MySQL or MariaDB database
 //	raftsql                         a member of a raft cluster (Config.Raft), each
 //	                                member with its own SQLite in the data dir
 package datastore
@@ -48,6 +48,9 @@ type Config struct {
 	MaxOpenConns    int
 	MaxIdleConns    int
 	ConnMaxLifetime time.Duration
+	// WakeListen is where a server on MySQL takes the other servers'
+	// wake-ups (--datastore-wake-listen; "" for the driver's default).
+	WakeListen string
 	// Raft is the member's bootstrap in raftsql mode (etcd's
 	// --initial-cluster and the other peer flags); it selects raftsql.
 	Raft *raftsql.Config
@@ -162,7 +165,7 @@ func Open(ctx context.Context, cfg Config) (mvcc.Backend, error) {
 			return nil, fmt.Errorf("datastore endpoint %s: %w", Redact(cfg.Endpoint), err)
 		}
 		opts := mysql.Options{Logger: log, MaxOpenConns: cfg.MaxOpenConns,
-			MaxIdleConns: cfg.MaxIdleConns, ConnMaxLifetime: cfg.ConnMaxLifetime}
+			MaxIdleConns: cfg.MaxIdleConns, ConnMaxLifetime: cfg.ConnMaxLifetime, WakeListen: cfg.WakeListen}
 		return openRetrying(ctx, log, cfg.Endpoint, func() (mvcc.Backend, error) {
 			return mysql.Open(ctx, cfg.Endpoint, opts)
 		})
@@ -202,10 +205,6 @@ func openRetrying(ctx context.Context, log *slog.Logger, endpoint string, open f
 				// Retried too: the operator's accept-history (or a
 				// restore) lets this server start without a restart.
 				log.Error("datastore refused: its history is behind what kite served; retrying", "endpoint", Redact(endpoint), "retry_in", backoff, "err", err)
-			case errors.Is(err, mysql.ErrDatabaseInUse):
-				// A server that just died holds it until the database
-				// notices its session is gone.
-				log.Warn("datastore in use by another kite server; retrying", "endpoint", Redact(endpoint), "retry_in", backoff, "err", err)
 			default:
 				log.Warn("datastore not reachable; retrying", "endpoint", Redact(endpoint), "retry_in", backoff, "err", err)
 			}

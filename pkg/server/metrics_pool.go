@@ -54,8 +54,8 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	cnt(c.wait, wait.Seconds())
 }
 
-// listenStater is a backend that follows other servers' commits over a
-// LISTEN connection (postgres).
+// listenStater is a backend that follows other servers' commits: over a
+// LISTEN connection (postgres), or over wake-up connections (mysql).
 type listenStater interface {
 	ListenStats() (received, reconnects int64, queued int)
 }
@@ -71,8 +71,8 @@ type listenCollector struct {
 func newListenCollector(l listenStater) *listenCollector {
 	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
 	return &listenCollector{l: l,
-		received:   d("kite_db_notifications_received_total", "Commit notifications of the other kite servers received on the LISTEN connection."),
-		reconnects: d("kite_db_listen_reconnects_total", "Times the LISTEN connection was lost and made again (each followed by a full resync)."),
+		received:   d("kite_db_notifications_received_total", "Commit notifications of the other kite servers received (the LISTEN connection on Postgres, the wake-up connections on MySQL)."),
+		reconnects: d("kite_db_listen_reconnects_total", "Times the LISTEN connection (Postgres) or a wake-up connection (MySQL) was lost and made again (each followed by a full resync)."),
 		queued:     d("kite_db_notifications_queued", "Notifications received and not yet taken by the store."),
 	}
 }
@@ -88,4 +88,44 @@ func (c *listenCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.received, prometheus.CounterValue, float64(received))
 	ch <- prometheus.MustNewConstMetric(c.reconnects, prometheus.CounterValue, float64(reconnects))
 	ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(queued))
+}
+
+// wakeStater is a backend whose servers wake each other over connections
+// of their own (mysql), with a poll of the database as the fallback while
+// one of them is unreachable.
+type wakeStater interface {
+	WakeStats() (polls int64, degraded bool, peers int)
+}
+
+// wakeCollector exports the wake-ups: a degraded gauge at 1, or polls
+// rising, mean watch events reach this server up to a second late.
+type wakeCollector struct {
+	w                      wakeStater
+	polls, degraded, peers *prometheus.Desc
+}
+
+func newWakeCollector(w wakeStater) *wakeCollector {
+	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
+	return &wakeCollector{w: w,
+		polls:    d("kite_db_wake_polls_total", "Reads of the current revision made because another live kite server could not be reached for wake-ups."),
+		degraded: d("kite_db_wake_degraded", "1 while a live kite server of the database cannot be reached for wake-ups (this server then polls every second)."),
+		peers:    d("kite_db_wake_peers", "Kite servers of the database this one has a wake-up connection with."),
+	}
+}
+
+func (c *wakeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.polls
+	ch <- c.degraded
+	ch <- c.peers
+}
+
+func (c *wakeCollector) Collect(ch chan<- prometheus.Metric) {
+	polls, degraded, peers := c.w.WakeStats()
+	d := 0.0
+	if degraded {
+		d = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.polls, prometheus.CounterValue, float64(polls))
+	ch <- prometheus.MustNewConstMetric(c.degraded, prometheus.GaugeValue, d)
+	ch <- prometheus.MustNewConstMetric(c.peers, prometheus.GaugeValue, float64(peers))
 }

@@ -218,6 +218,9 @@ func (s *Server) buildServers() {
 	if l, ok := s.backend.(listenStater); ok {
 		reg.MustRegister(newListenCollector(l))
 	}
+	if w, ok := s.backend.(wakeStater); ok {
+		reg.MustRegister(newWakeCollector(w))
+	}
 	gatherer := newGatherer(reg, raft != nil)
 
 	authz := &authorizer{store: s.store, clientCertAuth: cfg.TLS.ClientCertAuth}

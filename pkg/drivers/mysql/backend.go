@@ -16,7 +16,10 @@ import (
 	"github.com/kite-db/kite/pkg/mvcc"
 )
 
-var _ mvcc.Backend = (*Backend)(nil)
+var (
+	_ mvcc.Backend = (*Backend)(nil)
+	_ mvcc.Shared  = (*Backend)(nil)
+)
 
 // Options tunes a Backend. Zero values take the defaults.
 type Options struct {
@@ -32,6 +35,14 @@ type Options struct {
 	ConnMaxLifetime time.Duration
 	// TempDir is where Snapshot writes its SQLite copy (os.TempDir()).
 	TempDir string
+	// WakeListen is the TCP address where this server takes the other
+	// servers' wake-ups (wake.go): host:port, port 0 for any
+	// ("127.0.0.1:0"). The servers of one database must reach each other
+	// there.
+	WakeListen string
+	// WakeAdvertise is the address the others dial ("": WakeListen's,
+	// with a wildcard host replaced by this machine's name).
+	WakeAdvertise string
 	// ObserveCommit, if set, is given the duration of every write
 	// transaction's COMMIT round trip, which returns once InnoDB has
 	// flushed its redo log (innodb_flush_log_at_trx_commit=1): kite
@@ -57,6 +68,9 @@ func (o Options) withDefaults() Options {
 	if o.TempDir == "" {
 		o.TempDir = os.TempDir()
 	}
+	if o.WakeListen == "" {
+		o.WakeListen = "127.0.0.1:0"
+	}
 	return o
 }
 
@@ -66,6 +80,10 @@ type Backend struct {
 	log  *slog.Logger
 	db   *sql.DB
 	q    *queries
+	// bg is a small pool of its own for the wake-ups' and the primary
+	// lease's statements, so a busy main pool never delays a renewal of
+	// the primary lease into a step-down.
+	bg *sql.DB
 
 	// packet bounds a statement, from the server's max_allowed_packet
 	// (write.go splits writes to fit).
@@ -78,8 +96,8 @@ type Backend struct {
 
 	observeCommit atomic.Pointer[func(time.Duration)]
 
-	// exclusive holds the database's server lock (exclusive.go).
-	exclusive *sql.Conn
+	wake    *wake
+	primary *primary
 
 	closeMu sync.Mutex
 	closed  atomic.Bool
@@ -97,9 +115,9 @@ func (b *Backend) ObserveCommits(observe func(time.Duration)) {
 
 // Open connects to the database at dsn (see ParseDSN), creating it if it
 // does not exist and the user may (createdb.go), checks that the server is
-// one kite can run on, creates or migrates kite's schema, and
-// takes the database's server lock (exclusive.go): a second kite server on
-// the same database gets ErrDatabaseInUse.
+// one kite can run on, creates or migrates kite's schema, and joins the
+// other kite servers of the database: it connects to each for wake-ups
+// (wake.go) and competes for the primary lease (primary.go).
 func Open(ctx context.Context, dsn string, opts Options) (b *Backend, err error) {
 	opts = opts.withDefaults()
 	cfg, err := ParseDSN(dsn)
@@ -141,9 +159,16 @@ func Open(ctx context.Context, dsn string, opts Options) (b *Backend, err error)
 	if err := migrate(ctx, b.db, b.log); err != nil {
 		return nil, classify(fmt.Errorf("open mysql %s: %w", where, err))
 	}
-	if err := b.lockExclusive(ctx); err != nil {
-		return nil, classify(fmt.Errorf("open mysql %s: %w", where, err))
+	bg := sql.OpenDB(connector)
+	bg.SetMaxOpenConns(2)
+	bg.SetMaxIdleConns(2)
+	bg.SetConnMaxLifetime(opts.ConnMaxLifetime)
+	name := serverName()
+	if b.wake, err = startWake(ctx, bg, name, opts.WakeListen, opts.WakeAdvertise, b.log); err != nil {
+		return nil, classify(errors.Join(fmt.Errorf("open mysql %s: %w", where, err), bg.Close()))
 	}
+	b.bg = bg
+	b.primary = startPrimary(bg, name, b.log)
 	b.log.Info("opened mysql backend", "max_conns", opts.MaxOpenConns, "max_allowed_packet", b.packet)
 	return b, nil
 }
@@ -200,16 +225,70 @@ func (b *Backend) Close() error {
 	if b.closed.Swap(true) {
 		return nil
 	}
-	if b.exclusive != nil {
-		// Closing the session frees the lock as well; the pool's Close
-		// waits for the connection to come back.
-		_ = b.exclusive.Close()
-	}
-	if err := b.db.Close(); err != nil {
+	// The primary lease is released and this server leaves kite_server
+	// before the pools close.
+	b.primary.close()
+	b.wake.close()
+	if err := errors.Join(b.bg.Close(), b.db.Close()); err != nil {
 		return fmt.Errorf("close mysql: %w", err)
 	}
 	b.log.Info("closed mysql backend")
 	return nil
+}
+
+// Notices implements mvcc.Shared.
+func (b *Backend) Notices() <-chan mvcc.Notice { return b.wake.ch }
+
+// Primary implements mvcc.Shared.
+func (b *Backend) Primary() <-chan bool { return b.primary.ch }
+
+// RenewLease implements mvcc.Shared: the renewal is recorded in the lease's
+// row, where a revoking transaction checks it (writeTx.LeaseExpired), then
+// told to the other servers.
+func (b *Backend) RenewLease(ctx context.Context, id int64) error {
+	if b.closed.Load() {
+		return mvcc.ErrClosed
+	}
+	res, err := b.db.ExecContext(ctx, sqlRenewLease, id)
+	if err != nil {
+		return classify(fmt.Errorf("renew lease %x: %w", id, err))
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return classify(fmt.Errorf("renew lease %x: %w", id, err))
+	} else if n == 0 {
+		// No row, or (MySQL counts changed rows) a renewal in the same
+		// microsecond as the last.
+		if _, found, err := b.leaseRow(ctx, id); err != nil {
+			return classify(fmt.Errorf("renew lease %x: %w", id, err))
+		} else if !found {
+			return mvcc.ErrLeaseNotFound
+		}
+	}
+	b.wake.renewed(id)
+	return nil
+}
+
+func (b *Backend) leaseRow(ctx context.Context, id int64) (ttl int64, found bool, err error) {
+	err = b.db.QueryRowContext(ctx, sqlLease, id).Scan(&ttl)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	return ttl, err == nil, err
+}
+
+// ListenStats reports the wake-ups as kite's metrics show Postgres's
+// LISTEN connection: commit wake-ups received from the other servers,
+// connections made after start (each followed by a resync), and notices
+// the Store has not taken yet.
+func (b *Backend) ListenStats() (received, reconnects int64, queued int) {
+	return b.wake.received.Load(), b.wake.reconnects.Load(), len(b.wake.ch)
+}
+
+// WakeStats reports the fallback: the polls made while a live server was
+// unreachable, whether one is now, and how many servers this one has a
+// wake-up connection with.
+func (b *Backend) WakeStats() (polls int64, degraded bool, peers int) {
+	return b.wake.polls.Load(), b.wake.degraded.Load(), b.wake.peers()
 }
 
 // driverLogger sends what go-sql-driver logs (connections it found broken,

@@ -40,6 +40,7 @@ const (
 	erClientIdleTimeout = 4031 // MySQL 8's ER_CLIENT_INTERACTION_TIMEOUT
 
 	erUnknownSystemVariable = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE
+	erDupFieldName          = 1060 // ER_DUP_FIELDNAME
 )
 
 func isDiskFull(err error) bool {

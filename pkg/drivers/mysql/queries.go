@@ -42,10 +42,23 @@ const (
 	sqlDeleteLive = `DELETE FROM kite_live WHERE k IN `
 
 	sqlPutAuthState = `INSERT INTO kite_auth (id, state) VALUES (1, ?) ON DUPLICATE KEY UPDATE state = VALUES(state)`
-	sqlPutLease     = `INSERT INTO kite_lease (id, ttl) VALUES (?, ?) ON DUPLICATE KEY UPDATE ttl = VALUES(ttl)`
-	sqlDeleteLease  = `DELETE FROM kite_lease WHERE id = ?`
-	sqlPutAlarm     = `INSERT IGNORE INTO kite_alarm (member, type) VALUES (?, ?)`
-	sqlDeleteAlarm  = `DELETE FROM kite_alarm WHERE member = ? AND type = ?`
+	// A grant starts the lease's clock.
+	sqlPutLease = `INSERT INTO kite_lease (id, ttl, renewed) VALUES (?, ?, UTC_TIMESTAMP(6))
+		ON DUPLICATE KEY UPDATE ttl = VALUES(ttl), renewed = VALUES(renewed)`
+	// sqlRenewLease records a keep-alive outside any transaction: the row
+	// is locked for the statement only, so a revoking transaction that has
+	// checked the lease (sqlLeaseExpired) makes it wait, then find no row.
+	sqlRenewLease = `UPDATE kite_lease SET renewed = UTC_TIMESTAMP(6) WHERE id = ?`
+	// sqlLeaseExpired locks the lease row for the rest of the write
+	// transaction; under READ COMMITTED a locking read sees the newest
+	// committed renewal, waiting for one in flight. The clock is read when
+	// the statement starts, before any such wait: a renewal the wait lets
+	// through is newer than it, and the lease is not expired.
+	sqlLeaseExpired = `SELECT UTC_TIMESTAMP(6) >= TIMESTAMPADD(SECOND, ttl, renewed)
+		FROM kite_lease WHERE id = ? FOR UPDATE`
+	sqlDeleteLease = `DELETE FROM kite_lease WHERE id = ?`
+	sqlPutAlarm    = `INSERT IGNORE INTO kite_alarm (member, type) VALUES (?, ?)`
+	sqlDeleteAlarm = `DELETE FROM kite_alarm WHERE member = ? AND type = ?`
 
 	// Compaction first finds the rows to remove, then deletes them by
 	// primary key: MySQL refuses a DELETE whose subquery reads the table

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
 )
 
 // maxKeyLen is the longest key kite stores in MySQL, in bytes. Keys are
@@ -51,6 +53,21 @@ const maxKeyLen = 3000
 //
 // Values are LONGBLOB: etcd's requests go up to 1.5 MiB, and DYNAMIC rows
 // keep a large value off the page, so a walk of keys reads none of it.
+//
+// Version 2, for several kite servers on one database (mvcc.Shared):
+//
+//   - kite_lease.renewed is when the lease was granted or last kept alive,
+//     by the database's clock in UTC: the transaction that would revoke it
+//     checks it (LeaseExpired). Leases of a version 1 database start their
+//     clock at the migration.
+//   - kite_server lists the running servers and the address where each
+//     takes wake-ups (wake.go), with the time each last said it was alive.
+//   - kite_primary is the primary lease: which server runs the once-only
+//     jobs, until when (primary.go).
+//   - kite_cluster holds the token a server must show to send wake-ups.
+//
+// Times are DATETIME(6) written with UTC_TIMESTAMP(6), so servers whose
+// sessions have different time zones agree on them.
 func migrations() [][]string {
 	const table = ` ENGINE=InnoDB ROW_FORMAT=DYNAMIC`
 	return [][]string{{
@@ -97,6 +114,26 @@ func migrations() [][]string {
 		`CREATE TABLE IF NOT EXISTS kite_auth (
 			id    TINYINT  NOT NULL PRIMARY KEY CHECK (id = 1),
 			state LONGBLOB NOT NULL
+		)` + table,
+	}, {
+		// Run again after a start that died half-way, the ALTER fails with
+		// a duplicate column, which migrateTo takes as done.
+		`ALTER TABLE kite_lease ADD COLUMN renewed DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00'`,
+		`UPDATE kite_lease SET renewed = UTC_TIMESTAMP(6) WHERE renewed = '1970-01-01 00:00:00'`,
+		`CREATE TABLE IF NOT EXISTS kite_server (
+			name VARCHAR(64)  NOT NULL PRIMARY KEY,
+			addr VARCHAR(255) NOT NULL,
+			seen DATETIME(6)  NOT NULL
+		)` + table,
+		`CREATE TABLE IF NOT EXISTS kite_primary (
+			id      TINYINT     NOT NULL PRIMARY KEY CHECK (id = 1),
+			holder  VARCHAR(64) NOT NULL,
+			expires DATETIME(6) NOT NULL
+		)` + table,
+		`INSERT IGNORE INTO kite_primary (id, holder, expires) VALUES (1, '', '1970-01-01 00:00:00')`,
+		`CREATE TABLE IF NOT EXISTS kite_cluster (
+			id    TINYINT     NOT NULL PRIMARY KEY CHECK (id = 1),
+			token VARBINARY(64) NOT NULL
 		)` + table,
 	}}
 }
@@ -170,7 +207,7 @@ func migrateTo(ctx context.Context, db *sql.DB, log *slog.Logger, steps [][]stri
 	}
 	for v := have; v < want; v++ {
 		for _, stmt := range steps[v] {
-			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			if _, err := conn.ExecContext(ctx, stmt); err != nil && !isDuplicateColumn(err) {
 				return fmt.Errorf("migrate schema to version %d: %w", v+1, err)
 			}
 		}
@@ -183,4 +220,12 @@ func migrateTo(ctx context.Context, db *sql.DB, log *slog.Logger, steps [][]stri
 		log.Info("migrated schema", "from", have, "to", want)
 	}
 	return nil
+}
+
+// isDuplicateColumn reports an ALTER TABLE ... ADD COLUMN of a column the
+// table has: a migration step that ran before (MySQL 8 has no ADD COLUMN
+// IF NOT EXISTS).
+func isDuplicateColumn(err error) bool {
+	var me *gomysql.MySQLError
+	return errors.As(err, &me) && me.Number == erDupFieldName
 }

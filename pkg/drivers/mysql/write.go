@@ -14,7 +14,10 @@ import (
 	"github.com/kite-db/kite/pkg/mvcc"
 )
 
-var _ mvcc.WriteTx = (*writeTx)(nil)
+var (
+	_ mvcc.WriteTx       = (*writeTx)(nil)
+	_ mvcc.LeaseExpiryTx = (*writeTx)(nil)
+)
 
 // writeTx is a READ COMMITTED transaction that began by locking the
 // revision row. Writes are kept in memory (pending) and sent with the next
@@ -26,6 +29,12 @@ type writeTx struct {
 	// current and compacted are the stored revisions: read with the lock,
 	// then changed only by SetRevisions, so Revisions needs no query.
 	current, compacted int64
+	// beganCompacted is compacted as the lock read it; dirty says the
+	// transaction wrote something, changed which state besides the log:
+	// the wake-up the commit sends says so (wake.go).
+	beganCompacted int64
+	dirty          bool
+	changed        mvcc.Changed
 
 	pend pending
 	// known holds live rows read by the prefetch, kept up to date by this
@@ -71,6 +80,7 @@ func (b *Backend) beginWrite(ctx context.Context, keys [][]byte) (mvcc.WriteTx, 
 		return nil, err
 	}
 	w.latest = w.current
+	w.beganCompacted = w.compacted
 	return w, nil
 }
 
@@ -94,6 +104,7 @@ func (w *writeTx) writable(ctx context.Context, what string) error {
 	if err := ctx.Err(); err != nil {
 		return w.fail(what, err)
 	}
+	w.dirty = true
 	return nil
 }
 
@@ -252,7 +263,22 @@ func (w *writeTx) PutLease(ctx context.Context, l mvcc.Lease) error {
 		return err
 	}
 	w.pend.setLease(l.ID, l.TTL, false)
+	w.changed |= mvcc.ChangedLeases
 	return nil
+}
+
+// LeaseExpired implements mvcc.LeaseExpiryTx.
+func (w *writeTx) LeaseExpired(ctx context.Context, id int64) (bool, error) {
+	if l, ok := w.pend.leases[id]; ok && !l.deleted {
+		// Granted in this transaction: its clock has only just started.
+		return false, nil
+	}
+	var expired bool
+	found, err := w.queryRow(ctx, true, sqlLeaseExpired, []any{&expired}, id)
+	if err != nil {
+		return false, w.fail("check lease expiry", err)
+	}
+	return found && expired, nil
 }
 
 // DeleteLease implements mvcc.WriteTx.
@@ -261,6 +287,7 @@ func (w *writeTx) DeleteLease(ctx context.Context, id int64) error {
 		return err
 	}
 	w.pend.setLease(id, 0, true)
+	w.changed |= mvcc.ChangedLeases
 	return nil
 }
 
@@ -271,6 +298,7 @@ func (w *writeTx) PutAuthState(ctx context.Context, state []byte) error {
 		return err
 	}
 	w.pend.statement(sqlPutAuthState, append([]byte{}, state...))
+	w.changed |= mvcc.ChangedAuth
 	return nil
 }
 
@@ -284,6 +312,7 @@ func (w *writeTx) PutAlarm(ctx context.Context, a *pb.AlarmMember) error {
 		return err
 	}
 	w.pend.statement(sqlPutAlarm, memberColumn(a.MemberID), int32(a.Alarm))
+	w.changed |= mvcc.ChangedAlarms
 	return nil
 }
 
@@ -293,6 +322,7 @@ func (w *writeTx) DeleteAlarm(ctx context.Context, a *pb.AlarmMember) error {
 		return err
 	}
 	w.pend.statement(sqlDeleteAlarm, memberColumn(a.MemberID), int32(a.Alarm))
+	w.changed |= mvcc.ChangedAlarms
 	return nil
 }
 
@@ -349,7 +379,10 @@ func (w *writeTx) CompactBatch(ctx context.Context, compacted, fromRev, toRev in
 // round trip (more only for writes larger than a statement may be). An
 // error in any statement stops the server before the COMMIT, and the
 // transaction is rolled back. COMMIT returns once InnoDB has flushed its
-// redo log.
+// redo log; then the other servers are woken (wake.go). MySQL has no
+// notification that commits with the transaction, so a server that dies
+// between the two leaves the others to learn of the commit when its
+// wake-up connections drop.
 func (w *writeTx) Commit() error {
 	if w.done {
 		return errors.New("commit: write transaction already ended")
@@ -380,6 +413,13 @@ func (w *writeTx) Commit() error {
 	}
 	if observe := w.b.observeCommit.Load(); observe != nil {
 		(*observe)(time.Since(start))
+	}
+	if w.dirty && w.b.wake != nil {
+		changed := w.changed
+		if w.compacted != w.beganCompacted {
+			changed |= mvcc.ChangedCompacted
+		}
+		w.b.wake.committed(w.current, changed)
 	}
 	err = w.conn.Close()
 	w.end()

@@ -14,6 +14,7 @@ import (
 	"github.com/kite-db/kite/pkg/drivers/postgres"
 	"github.com/kite-db/kite/pkg/drivers/postgres/pgtest"
 	"github.com/kite-db/kite/pkg/mvcc"
+	"github.com/kite-db/kite/pkg/mvcc/backendtest"
 )
 
 const waitFor = 10 * time.Second
@@ -497,4 +498,12 @@ func TestConcurrentSchemaCreation(t *testing.T) {
 	if rows != 1 || revRows != 1 {
 		t.Errorf("kite_schema has %d rows, kite_revision %d; want 1 each", rows, revRows)
 	}
+}
+
+// TestSharedConformance runs the checks every mvcc.Shared driver passes.
+func TestSharedConformance(t *testing.T) {
+	backendtest.RunShared(t, func(t *testing.T) (mvcc.Backend, mvcc.Backend) {
+		dsn := pgtest.NewDatabase(t)
+		return mustOpen(t, dsn), mustOpen(t, dsn)
+	})
 }
