@@ -10,7 +10,8 @@ import (
 )
 
 // The auth state is data: a restart keeps it, and every raftsql member and
-// every Postgres server enforces what was set through any one of them.
+// every kite server sharing one Postgres or MySQL database enforces what was
+// set through any one of them.
 
 // setUpAuth makes root and alice (read-write on [a, c)) through s and
 // enables auth.
@@ -82,9 +83,13 @@ func TestAuthOnEveryMember(t *testing.T) {
 }
 
 // TestAuthOnEveryServer: auth set up through one of several kite servers
-// on one Postgres database is enforced by the others.
+// on one database is enforced by the others, once per database-server kind.
 func TestAuthOnEveryServer(t *testing.T) {
-	ks := startShared(t, 2)
+	forEachSharedKind(t, authOnEveryServer)
+}
+
+func authOnEveryServer(t *testing.T, kind string) {
+	ks := startShared(t, kind, 2)
 	setUpAuth(t, ks[0].server)
 	for _, k := range ks {
 		checkAuthEnforced(t, k.server)

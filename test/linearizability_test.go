@@ -117,7 +117,11 @@ func TestRegisterModelRejectsStaleRead(t *testing.T) {
 // one database send gets, puts and compare-and-swap txns on a few keys; the
 // history, with mod revisions, must be linearizable (porcupine).
 func TestSharedServersLinearizable(t *testing.T) {
-	ks := startShared(t, 3)
+	forEachSharedKind(t, sharedServersLinearizable)
+}
+
+func sharedServersLinearizable(t *testing.T, kind string) {
+	ks := startShared(t, kind, 3)
 	ctx := testCtx(t, 2*time.Minute)
 	const clients, opsPerClient = 9, 150
 	keys := []string{"/lin/a", "/lin/b", "/lin/c"}
