@@ -85,6 +85,11 @@ type Backend struct {
 	// the primary lease into a step-down.
 	bg *sql.DB
 
+	// dbName is the database's name, for the tablespace names Size reads;
+	// sizeView is which view of them answers (maintenance.go), -1 none.
+	dbName   string
+	sizeView atomic.Int32
+
 	// packet bounds a statement, from the server's max_allowed_packet
 	// (write.go splits writes to fit).
 	packet int
@@ -130,6 +135,7 @@ func Open(ctx context.Context, dsn string, opts Options) (b *Backend, err error)
 		log:      opts.Logger.With("component", "mysql", "db", where),
 		q:        newQueries(),
 		writeSem: make(chan struct{}, 1),
+		dbName:   cfg.DBName,
 	}
 	cfg.Logger = driverLogger{b.log}
 	connector, err := gomysql.NewConnector(cfg)

@@ -1,8 +1,8 @@
 // Package mysql stores kite's revision log in a MySQL or MariaDB
 // database, in InnoDB tables. Its SQL is written for MySQL 8.0 and later
 // and MariaDB 10.6 and later; its tests have run on MariaDB 10.11 only.
-// This is its first phase: one kite server on one database. See "Not
-// yet" below.
+// Several kite servers may share one database, as in Postgres mode; see
+// "Several servers" and "Not yet" below.
 //
 // # One writer at a time, in revision order
 //
@@ -13,8 +13,8 @@
 // revision order and revisions are dense, with no AUTO_INCREMENT that
 // could hand out numbers that commit out of order or leave gaps after a
 // rollback. A reader of the log after the last revision it saw can
-// therefore never skip a row that commits late, which the multi-server
-// phase will rely on. Serialising writers costs little, since kite batches
+// therefore never skip a row that commits late, which a server woken by
+// another's commit relies on. Serialising writers costs little, since kite batches
 // many requests into one transaction. READ COMMITTED, not InnoDB's default
 // REPEATABLE READ, because every read after the lock must see what the
 // previous writer committed; a REPEATABLE READ snapshot could predate the
@@ -83,23 +83,39 @@
 // (pkg/drivers/sqlite, via mvcc.Copy), as the Postgres driver does:
 // `kite snapshot restore` restores it into SQLite mode.
 //
+// # Several servers
+//
+// Every server on a database is a writer (the revision row lock orders
+// them) and serves watches of every server's writes. After its COMMIT a
+// server sends the new revision over a TCP connection it holds with each
+// other live server, whose addresses are registered in kite_server; the
+// woken server reads the log after its last revision (wake.go says why
+// not the binlog, and what covers a lost wake-up: heartbeats, a resync
+// after a reconnect, a one-second poll of the current revision only while
+// a live peer is unreachable, counted in kite_db_wake_polls_total). The
+// once-only jobs (lease expiry, compaction) run on the primary, the holder
+// of a lease row, kite_primary, renewed every second (primary.go says why
+// not GET_LOCK). Lease renewals are recorded in kite_lease.renewed, so the
+// primary's revoking transaction re-checks that the lease really expired
+// (mvcc.LeaseExpiryTx), whichever server the keep-alive reached.
+//
+// # Size
+//
+// Size reads the allocated size of kite's table files from InnoDB's
+// tablespace view, so a quota is judged on what was just written, as
+// etcd's is on its file; InnoDB's table statistics, which lag writes by
+// seconds to minutes, give the part in use, and the whole where the view
+// is not readable (it needs the PROCESS privilege).
+//
 // # Not yet
 //
-// Several kite servers on one database need what the Postgres driver has
-// and this one does not yet: mvcc.Shared (a wake-up between servers when
-// one commits, rather than each polling the log; the primary role, held
-// by a GET_LOCK on a dedicated connection, that expires leases; lease
-// renewals heard by the primary), and a history check after a failover
-// to a replica that lacked acknowledged commits. Until then a server
-// holds a named lock on its database for as long as it has it open, and
-// a second server is refused with ErrDatabaseInUse (exclusive.go). The
-// lock lives with its session: if that connection alone is lost while
-// the server runs, a second server could open the database meanwhile;
-// the refusal guards against a misconfigured second server, not against
-// every network fault. Galera (MariaDB Galera
-// Cluster, Percona XtraDB Cluster) is untested: there the revision row
-// lock holds only on the node that took it, so writers on two nodes
-// collide at commit, where certification aborts one of them, and Galera
-// may refuse GET_LOCK, which the schema migration takes. Until it is
-// tested, kite on Galera should write through a single node.
+// A history check after a failover to a replica that lacked acknowledged
+// commits (Postgres mode compares timelines; here it would compare GTIDs
+// or server_uuid). On Galera (MariaDB Galera Cluster, Percona XtraDB
+// Cluster) the revision row lock holds only on the node that took it, so
+// writers on two nodes collide at commit, where certification aborts one
+// of them with error 1213; kite does not yet retry that inside the
+// server, reads do not yet set wsrep_sync_wait themselves, and the schema
+// migration's GET_LOCK is per node. Until those are done and tested, kite
+// on Galera should write through a single node (docs/galera-notes.md).
 package mysql

@@ -41,7 +41,21 @@ const (
 
 	erUnknownSystemVariable = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE
 	erDupFieldName          = 1060 // ER_DUP_FIELDNAME
+	erUnknownTable          = 1109 // ER_UNKNOWN_TABLE: no such information_schema view
+	erTableAccessDenied     = 1142 // ER_TABLEACCESS_DENIED_ERROR
 )
+
+// isUnknownTable reports a view this server does not have.
+func isUnknownTable(err error) bool {
+	var me *gomysql.MySQLError
+	return errors.As(err, &me) && me.Number == erUnknownTable
+}
+
+// isDenied reports a statement this user lacks the privilege for.
+func isDenied(err error) bool {
+	var me *gomysql.MySQLError
+	return errors.As(err, &me) && (me.Number == erSpecificDenied || me.Number == erDBAccessDenied || me.Number == erTableAccessDenied)
+}
 
 func isDiskFull(err error) bool {
 	var me *gomysql.MySQLError

@@ -45,3 +45,21 @@ func TestClassify(t *testing.T) {
 		t.Errorf("classify(nil) is not nil")
 	}
 }
+
+func TestTablespacePrefix(t *testing.T) {
+	for _, c := range []struct {
+		db, want string
+		ok       bool
+	}{
+		{"kite", "kite/", true},
+		{"k3s_DB9", "k3s_DB9/", true},
+		{"kite-x", "kite@002dx/", true},
+		{"a.b c", "a@002eb@0020c/", true},
+		{"kité", "", false},
+	} {
+		got, ok := tablespacePrefix(c.db)
+		if got != c.want || ok != c.ok {
+			t.Errorf("tablespacePrefix(%q) = %q, %v; want %q, %v", c.db, got, ok, c.want, c.ok)
+		}
+	}
+}

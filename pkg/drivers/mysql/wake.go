@@ -254,49 +254,67 @@ func (w *wake) accept() {
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
-			br, peer, fresh, err := w.handshake(c)
+			// The connection is registered before this side's hello goes
+			// out: once the dialler has read it, every commit made here
+			// is queued for it, so a commit after the dialler's Open
+			// returns always wakes it.
+			_ = c.SetDeadline(time.Now().Add(wakeDialTimeout))
+			br := bufio.NewReader(c)
+			peer, fresh, err := w.readHello(br)
 			if err != nil {
 				w.log.Warn("wake-ups: refused a connection", "from", c.RemoteAddr(), "error", err)
 				_ = c.Close()
 				return
 			}
-			w.add(c, br, peer, fresh)
+			pc := w.register(c, br, peer)
+			if pc == nil {
+				return
+			}
+			if err := w.sendHello(c); err != nil {
+				w.log.Warn("wake-ups: answer a connection", "from", c.RemoteAddr(), "error", err)
+				w.drop(pc)
+				return
+			}
+			_ = c.SetDeadline(time.Time{})
+			w.start(pc, fresh)
 		}()
 	}
 }
 
-// handshake exchanges hellos: "KITE-WAKE/1 <token> <name> <fresh>", fresh
-// 1 while the sender's Open has not returned (it has committed nothing,
-// so the receiver needs no Resync). The reader it returns may hold lines
-// the peer sent after its hello.
-func (w *wake) handshake(c net.Conn) (br *bufio.Reader, peer string, fresh bool, err error) {
+// The hello is "KITE-WAKE/1 <token> <name> <fresh>", fresh 1 while the
+// sender's Open has not returned (it has committed nothing, so the
+// receiver needs no Resync). The dialler sends first.
+func (w *wake) sendHello(c net.Conn) error {
 	w.mu.Lock()
 	mine := "0"
 	if !w.started {
 		mine = "1"
 	}
 	w.mu.Unlock()
-	_ = c.SetDeadline(time.Now().Add(wakeDialTimeout))
-	defer func() { _ = c.SetDeadline(time.Time{}) }()
 	if _, err := fmt.Fprintf(c, "%s %s %s %s\n", wakeHello, w.token, w.name, mine); err != nil {
-		return nil, "", false, fmt.Errorf("send hello: %w", err)
+		return fmt.Errorf("send hello: %w", err)
 	}
-	br = bufio.NewReader(c)
+	return nil
+}
+
+// readHello reads and checks the other side's hello. br may hold lines
+// the peer sent after it.
+func (w *wake) readHello(br *bufio.Reader) (peer string, fresh bool, err error) {
 	line, err := br.ReadString('\n')
 	if err != nil {
-		return nil, "", false, fmt.Errorf("read hello: %w", err)
+		return "", false, fmt.Errorf("read hello: %w", err)
 	}
 	f := strings.Fields(line)
 	if len(f) != 4 || f[0] != wakeHello {
-		return nil, "", false, errors.New("not a kite wake-up hello")
+		return "", false, errors.New("not a kite wake-up hello")
 	}
 	if subtle.ConstantTimeCompare([]byte(f[1]), []byte(w.token)) != 1 {
-		return nil, "", false, errors.New("wrong token: a server of another database, or not a kite server")
+		return "", false, errors.New("wrong token: a server of another database, or not a kite server")
 	}
 	if f[2] == w.name {
-		return nil, "", false, errors.New("a connection to itself")
+		return "", false, errors.New("a connection to itself")
 	}
-	return br, f[2], f[3] == "1", nil
+	return f[2], f[3] == "1", nil
 }
 
 // dialMissing connects to every live server that has no connection, all
@@ -332,12 +350,20 @@ func (w *wake) dial(ctx context.Context, want, addr string) {
 		w.log.Debug("wake-ups: dial", "peer", want, "address", addr, "error", err)
 		return
 	}
-	br, peer, fresh, err := w.handshake(c)
+	_ = c.SetDeadline(time.Now().Add(wakeDialTimeout))
+	br := bufio.NewReader(c)
+	err = w.sendHello(c)
+	var peer string
+	var fresh bool
+	if err == nil {
+		peer, fresh, err = w.readHello(br)
+	}
 	if err != nil {
 		w.log.Warn("wake-ups: dial", "peer", want, "address", addr, "error", err)
 		_ = c.Close()
 		return
 	}
+	_ = c.SetDeadline(time.Time{})
 	if peer != want {
 		// The address belongs to another process now (want restarted, or
 		// the port was reused): want is not waited for.
@@ -345,7 +371,9 @@ func (w *wake) dial(ctx context.Context, want, addr string) {
 		w.gone[want] = true
 		w.mu.Unlock()
 	}
-	w.add(c, br, peer, fresh)
+	if pc := w.register(c, br, peer); pc != nil {
+		w.start(pc, fresh)
+	}
 }
 
 // peerConn is one wake-up connection, used both ways.
@@ -366,22 +394,29 @@ func (pc *peerConn) shut() {
 	})
 }
 
-// add starts the connection's reader and writer; a connection made after
-// this server started may follow lost wake-ups, unless its peer was only
-// starting itself.
-func (w *wake) add(c net.Conn, br *bufio.Reader, peer string, fresh bool) {
+// register makes c one of the connections commits are queued on; nil if
+// the wake-ups are closing.
+func (w *wake) register(c net.Conn, br *bufio.Reader, peer string) *peerConn {
 	pc := &peerConn{w: w, c: c, br: br, peer: peer, out: make(chan string, wakeQueue), done: make(chan struct{})}
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.ctx.Err() != nil {
-		w.mu.Unlock()
 		_ = c.Close()
-		return
+		return nil
 	}
 	w.conns[pc] = struct{}{}
 	w.byPeer[peer]++
+	return pc
+}
+
+// start runs the connection's reader and writer. A connection made after
+// this server started may follow lost wake-ups, unless its peer was only
+// starting itself: then the Store resyncs.
+func (w *wake) start(pc *peerConn, fresh bool) {
+	w.mu.Lock()
 	resync := w.started && !fresh
 	w.mu.Unlock()
-	w.log.Debug("wake-ups: connected", "peer", peer)
+	w.log.Debug("wake-ups: connected", "peer", pc.peer)
 	w.wg.Add(2)
 	go pc.write()
 	go pc.read()

@@ -23,6 +23,11 @@ func openPair(t *testing.T) (a, b *Backend, dsn string) {
 		t.Cleanup(func() { _ = bk.Close() })
 		*p = bk
 	}
+	// a registered b's connection before it answered b's hello, so from
+	// the moment b's Open returns a commit through a wakes b.
+	if a.wake.peers() != 1 {
+		t.Fatalf("b's Open returned before a had its connection (%d peers)", a.wake.peers())
+	}
 	return a, b, dsn
 }
 

@@ -79,8 +79,10 @@ func TestGalera(t *testing.T) {
 		default:
 			wantDeadlock(t, errs[1])
 		}
+		// Read causally: node 0 may not have applied the winner yet.
 		var v int
-		if err := dbs[0].QueryRow("SELECT v FROM t WHERE k = 2").Scan(&v); err != nil {
+		reader := conn(t, dbs[0], "SET SESSION wsrep_sync_wait = 1")
+		if err := reader.QueryRowContext(context.Background(), "SELECT v FROM t WHERE k = 2").Scan(&v); err != nil {
 			t.Fatal(err)
 		}
 		if v != 1 && v != 10 {
