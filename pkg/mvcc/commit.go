@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/protobuf/proto"
@@ -61,7 +63,7 @@ func (s *Store) commit(reqs []*request) error {
 	for _, r := range reqs {
 		traceFrom(r.ctx).step("queued for the writer")
 	}
-	revs, err := s.applyAndCommit(reqs)
+	revs, err := s.applyAndCommitRetrying(reqs)
 	if err == nil {
 		for _, r := range reqs {
 			traceFrom(r.ctx).step("applied and committed in the database (group commit)")
@@ -74,6 +76,11 @@ func (s *Store) commit(reqs []*request) error {
 		return nil
 	}
 	s.warnDiskFull(err)
+	if errors.Is(err, ErrConflict) {
+		// Every attempt lost; applying the requests one by one would
+		// only lose again.
+		return err
+	}
 	var ae *applyError
 	replicated := reqs[0].index != 0
 	if !errors.As(err, &ae) || isDiskFull(err) || (replicated && !errors.Is(err, ErrTooManyChanges)) {
@@ -94,6 +101,52 @@ func (s *Store) commit(reqs []*request) error {
 		return s.recordApplied(r.index)
 	}
 	return nil
+}
+
+// conflictRetries bounds how often a batch that lost to a concurrent
+// writer (ErrConflict) is applied again before its requests fail. Each
+// attempt waits a random pause up to conflictPause << attempt (at most
+// conflictPauseMax), so two servers that collided do not collide again in
+// step.
+const (
+	conflictRetries  = 16
+	conflictPause    = time.Millisecond
+	conflictPauseMax = 50 * time.Millisecond
+)
+
+// applyAndCommitRetrying is applyAndCommit, applied again while the
+// storage aborts it for a concurrent writer's transaction. Nothing of an
+// aborted attempt was committed nor kept in memory, and the next attempt
+// reads the revisions afresh, so it orders the batch after the winner.
+// A replicated log's entries never meet a concurrent writer.
+func (s *Store) applyAndCommitRetrying(reqs []*request) ([]committed, error) {
+	if reqs[0].index != 0 {
+		return s.applyAndCommit(reqs)
+	}
+	var revs []committed
+	err := s.retryConflicts(s.ctx, func() (err error) {
+		revs, err = s.applyAndCommit(reqs)
+		return err
+	})
+	return revs, err
+}
+
+// retryConflicts runs a write transaction, f, again while it loses to a
+// concurrent writer's (ErrConflict), conflictRetries times at most. f must
+// leave nothing behind when it fails, as every write transaction does.
+func (s *Store) retryConflicts(ctx context.Context, f func() error) error {
+	err := f()
+	for attempt := 0; errors.Is(err, ErrConflict) && attempt < conflictRetries; attempt++ {
+		s.conflicts.Add(1)
+		pause := time.Duration(rand.Int64N(int64(min(conflictPause<<attempt, conflictPauseMax)))) + 1
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return err
+		}
+		err = f()
+	}
+	return err
 }
 
 // publishCommitted publishes a batch's revisions. Revisions between the

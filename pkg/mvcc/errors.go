@@ -32,6 +32,12 @@ var (
 	// request may be retried. A write that fails with it may or may not
 	// have been committed, as with etcd's request timeout.
 	ErrUnavailable = errors.New("mvcc: storage unavailable")
+	// ErrConflict: the storage aborted a write transaction in favour of a
+	// concurrent one (a Galera certification conflict between writers on
+	// two nodes, a deadlock). Nothing of it was committed, so the Store
+	// applies the batch again (commit.go); a client sees it only when
+	// every attempt lost, as codes.Unavailable.
+	ErrConflict = errors.New("mvcc: write transaction lost to a concurrent one")
 	// ErrClosed: the store is closed.
 	ErrClosed = errors.New("mvcc: store closed")
 	// ErrTooManyChanges: one request would change more keys in one

@@ -107,6 +107,9 @@ type Store struct {
 	// a local storage; otherwise while the shared storage or the replicated
 	// log says this Store holds the role (primary.go).
 	primary atomic.Bool
+	// conflicts counts the batches applied again after losing to a
+	// concurrent writer (commit.go).
+	conflicts atomic.Int64
 
 	// writec is the writer's queue (writer.go).
 	writec   chan job
@@ -145,7 +148,13 @@ func Open(ctx context.Context, b Backend, cfg Config) (*Store, error) {
 	}
 	s.guard.log = s.log
 	s.seq = newSequencer(s, b)
-	current, compacted, leases, alarms, err := s.load(ctx)
+	var current, compacted int64
+	var leases []Lease
+	var alarms []*pb.AlarmMember
+	err := s.retryConflicts(ctx, func() (err error) {
+		current, compacted, leases, alarms, err = s.load(ctx)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -461,6 +470,10 @@ func (s *Store) Primary() bool { return s.primary.Load() }
 // client reads too slowly, or they are catching up from history (etcd's
 // etcd_debugging_mvcc_slow_watcher_total).
 func (s *Store) SlowWatchers() int { return s.hub.slowWatchers() }
+
+// WriteConflicts is how often a write batch lost to a concurrent writer
+// on a shared storage (Galera) and was applied again.
+func (s *Store) WriteConflicts() int64 { return s.conflicts.Load() }
 
 // Revisions returns the current and compacted revisions.
 func (s *Store) Revisions() (current, compacted int64) {

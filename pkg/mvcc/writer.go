@@ -216,6 +216,10 @@ func (s *Store) writeBatch(batch []*writeJob) {
 
 // maintainTx runs fn in a write transaction of its own.
 func (s *Store) maintainTx(fn func(ctx context.Context, tx WriteTx) error) error {
+	return s.retryConflicts(s.ctx, func() error { return s.maintainTxOnce(fn) })
+}
+
+func (s *Store) maintainTxOnce(fn func(ctx context.Context, tx WriteTx) error) error {
 	if err := s.guard.lost(); err != nil {
 		return err
 	}

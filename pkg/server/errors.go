@@ -89,10 +89,12 @@ func toGRPCError(err error) error {
 			return m.grpc
 		}
 	}
-	if errors.Is(err, mvcc.ErrUnavailable) {
+	if errors.Is(err, mvcc.ErrUnavailable) || errors.Is(err, mvcc.ErrConflict) {
 		// Unavailable is the code etcd's clients retry (reads at once,
 		// writes when the application says so), as after etcd's own
-		// "request timed out"; the text keeps what the storage said.
+		// "request timed out"; the text keeps what the storage said. A
+		// write that lost every attempt to a concurrent writer
+		// (ErrConflict) was not committed and may be sent again.
 		return status.Error(codes.Unavailable, err.Error())
 	}
 	// mvcc.ErrTooManyChanges (a DeleteRange or lease revoke of more keys

@@ -112,7 +112,9 @@ func TestToGRPCError(t *testing.T) {
 
 	// Storage unavailable: the code etcd's clients retry on, with the
 	// storage's own text (no etcd text exists for it).
-	for _, err := range wrappings(fmt.Errorf("%w: commit: connection reset", mvcc.ErrUnavailable)) {
+	// A write that lost every attempt to a concurrent writer, likewise.
+	for _, err := range append(wrappings(fmt.Errorf("%w: commit: connection reset", mvcc.ErrUnavailable)),
+		wrappings(fmt.Errorf("%w: commit: Error 1213: Deadlock found", mvcc.ErrConflict))...) {
 		if st, _ := status.FromError(toGRPCError(err)); st.Code() != codes.Unavailable || st.Message() != err.Error() {
 			t.Errorf("%q: got %v; want code Unavailable with the storage's text", err, st)
 		}

@@ -40,7 +40,7 @@ type storeCollector struct {
 	committed, applied, pending, failed       *prometheus.Desc
 	dbSize, dbInUse, quotaBytes, keys         *prometheus.Desc
 	currentRev, compactRev, serverVersion, id *prometheus.Desc
-	slowWatchers                              *prometheus.Desc
+	slowWatchers, writeConflicts              *prometheus.Desc
 }
 
 func newStoreCollector(store *mvcc.Store, hdr *header, quota int64, raft raftCounters) *storeCollector {
@@ -68,12 +68,14 @@ func newStoreCollector(store *mvcc.Store, hdr *header, quota int64, raft raftCou
 		serverVersion: d("etcd_server_version", "Which version is running. 1 for 'server_version' label with current version.", "server_version"),
 		id:            d("etcd_server_id", "Server or member ID in hexadecimal format. 1 for 'server_id' label with current ID.", "server_id"),
 		slowWatchers:  d("etcd_debugging_mvcc_slow_watcher_total", "Total number of unsynced slow watchers."),
+		writeConflicts: d("kite_write_conflicts_total",
+			"Write batches applied again after the storage aborted them for a concurrent writer's transaction (Galera certification conflicts between servers writing through different nodes)."),
 	}
 }
 
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.hasLeader, c.isLeader, c.leaderChanges, c.committed, c.applied,
-		c.dbSize, c.dbInUse, c.quotaBytes, c.keys, c.currentRev, c.compactRev, c.serverVersion, c.id, c.slowWatchers} {
+		c.dbSize, c.dbInUse, c.quotaBytes, c.keys, c.currentRev, c.compactRev, c.serverVersion, c.id, c.slowWatchers, c.writeConflicts} {
 		ch <- d
 	}
 	if c.raft != nil {
@@ -111,6 +113,7 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.currentRev, float64(cur))
 	gauge(c.compactRev, float64(compacted))
 	gauge(c.slowWatchers, float64(c.store.SlowWatchers()))
+	counter(c.writeConflicts, float64(c.store.WriteConflicts()))
 	ctx, cancel := context.WithTimeout(context.Background(), metricsTimeout)
 	defer cancel()
 	// On a failed query its metrics are left out of this scrape rather

@@ -3,10 +3,13 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,6 +92,8 @@ type Backend struct {
 	// sizeView is which view of them answers (maintenance.go), -1 none.
 	dbName   string
 	sizeView atomic.Int32
+	// galera is set on a node of a Galera cluster (causalReads).
+	galera bool
 
 	// packet bounds a statement, from the server's max_allowed_packet
 	// (write.go splits writes to fit).
@@ -148,9 +153,12 @@ func Open(ctx context.Context, dsn string, opts Options) (b *Backend, err error)
 	db.SetMaxIdleConns(opts.MaxIdleConns)
 	db.SetConnMaxLifetime(opts.ConnMaxLifetime)
 	b.db = db
+	// b is nil in this deferred call once an error is returned; the pool
+	// is reached through own (causalReads may have replaced it).
+	own := b
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, db.Close())
+			err = errors.Join(err, own.db.Close())
 		}
 	}()
 	err = b.checkServer(ctx)
@@ -161,6 +169,14 @@ func Open(ctx context.Context, dsn string, opts Options) (b *Backend, err error)
 	}
 	if err != nil {
 		return nil, classify(fmt.Errorf("open mysql %s: %w", where, err))
+	}
+	if galera, err := b.isGalera(ctx); err != nil {
+		return nil, classify(fmt.Errorf("open mysql %s: %w", where, err))
+	} else if galera {
+		b.galera = true
+		if connector, err = b.causalReads(cfg); err != nil {
+			return nil, fmt.Errorf("open mysql %s: %w", where, err)
+		}
 	}
 	if err := migrate(ctx, b.db, b.log); err != nil {
 		return nil, classify(fmt.Errorf("open mysql %s: %w", where, err))
@@ -206,6 +222,55 @@ func (b *Backend) checkServer(ctx context.Context) error {
 	}
 	b.log.Debug("database server", "version", version)
 	return nil
+}
+
+// isGalera reports whether the server is a node of a Galera cluster
+// (MariaDB Galera Cluster, Percona XtraDB Cluster) with replication on.
+// MySQL without Galera has no wsrep_on variable.
+func (b *Backend) isGalera(ctx context.Context) (bool, error) {
+	var name, value string
+	err := b.db.QueryRowContext(ctx, `SHOW VARIABLES LIKE 'wsrep_on'`).Scan(&name, &value)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("read wsrep_on: %w", err)
+	}
+	return strings.EqualFold(value, "ON"), nil
+}
+
+// causalReads makes every connection of a Galera node wait, before each
+// read and each transaction's start, for the write sets the cluster
+// ordered before it (wsrep_sync_wait=1): without it a read on this node
+// could miss a revision another server committed through another node and
+// acknowledged, or woke this server for, and the Store would take the
+// node's lag for lost history. A DSN that sets wsrep_sync_wait itself is
+// obeyed, with a warning if it leaves reads out. It replaces b.db and
+// returns the connector the other pools use.
+func (b *Backend) causalReads(cfg *gomysql.Config) (driver.Connector, error) {
+	if v, ok := cfg.Params["wsrep_sync_wait"]; ok {
+		if n, err := strconv.Atoi(v); err != nil || n&1 == 0 {
+			b.log.Warn("Galera: the DSN's wsrep_sync_wait leaves reads out (bit 1 unset): reads through this node may miss writes committed through others, and kite's reads are then not linearizable", "wsrep_sync_wait", v)
+		}
+	} else {
+		cfg = cfg.Clone()
+		if cfg.Params == nil {
+			cfg.Params = map[string]string{}
+		}
+		cfg.Params["wsrep_sync_wait"] = "1"
+	}
+	connector, err := gomysql.NewConnector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	old := b.db
+	b.db = sql.OpenDB(connector)
+	b.db.SetMaxOpenConns(b.opts.MaxOpenConns)
+	b.db.SetMaxIdleConns(b.opts.MaxIdleConns)
+	b.db.SetConnMaxLifetime(b.opts.ConnMaxLifetime)
+	_ = old.Close()
+	b.log.Info("Galera node: every read waits for what the cluster committed before it (wsrep_sync_wait)")
+	return connector, nil
 }
 
 func (b *Backend) lockWriter(ctx context.Context) error {

@@ -107,15 +107,19 @@
 // seconds to minutes, give the part in use, and the whole where the view
 // is not readable (it needs the PROCESS privilege).
 //
+// # Galera
+//
+// On a node of a Galera cluster (wsrep_on) every connection waits for
+// causality before reads (wsrep_sync_wait=1), a write transaction that
+// loses certification to another node's is reported as mvcc.ErrConflict
+// and applied again by the Store, and write transactions are guarded so
+// that nothing of one rolled back under kite commits (galera.go).
+//
 // # Not yet
 //
 // A history check after a failover to a replica that lacked acknowledged
 // commits (Postgres mode compares timelines; here it would compare GTIDs
-// or server_uuid). On Galera (MariaDB Galera Cluster, Percona XtraDB
-// Cluster) the revision row lock holds only on the node that took it, so
-// writers on two nodes collide at commit, where certification aborts one
-// of them with error 1213; kite does not yet retry that inside the
-// server, reads do not yet set wsrep_sync_wait themselves, and the schema
-// migration's GET_LOCK is per node. Until those are done and tested, kite
-// on Galera should write through a single node (docs/galera-notes.md).
+// or server_uuid). On Galera the schema migration's GET_LOCK holds per
+// node (its steps are idempotent, and a migration that loses
+// certification runs again).
 package mysql

@@ -14,13 +14,16 @@ import (
 
 // classify marks a database error with the store's sentinel for its cause,
 // so the store recognises it by errors.Is rather than by the server's
-// text: out of reach (mvcc.ErrUnavailable) or a full disk
-// (mvcc.ErrDiskFull).
+// text: out of reach (mvcc.ErrUnavailable), a full disk
+// (mvcc.ErrDiskFull), or a transaction aborted for a concurrent one
+// (mvcc.ErrConflict), which the Store applies again.
 func classify(err error) error {
-	if err == nil || errors.Is(err, mvcc.ErrUnavailable) || errors.Is(err, mvcc.ErrDiskFull) {
+	if err == nil || errors.Is(err, mvcc.ErrUnavailable) || errors.Is(err, mvcc.ErrDiskFull) || errors.Is(err, mvcc.ErrConflict) {
 		return err
 	}
 	switch {
+	case isConflict(err):
+		return fmt.Errorf("%w: %w", mvcc.ErrConflict, err)
 	case isDiskFull(err):
 		return fmt.Errorf("%w: %w", mvcc.ErrDiskFull, err)
 	case isConnectionError(err):
@@ -38,6 +41,9 @@ const (
 	erOptionPreventsRO  = 1290 // ER_OPTION_PREVENTS_STATEMENT: --read-only, a replica
 	erConnectionKilled  = 1927 // MariaDB's ER_CONNECTION_KILLED
 	erClientIdleTimeout = 4031 // MySQL 8's ER_CLIENT_INTERACTION_TIMEOUT
+	erLockDeadlock      = 1213 // ER_LOCK_DEADLOCK, also Galera's certification failure
+	erSavepointGone     = 1305 // ER_SP_DOES_NOT_EXIST: a Galera write transaction rolled back under kite (galera.go)
+	erWsrepNotReady     = 1047 // ER_UNKNOWN_COM_ERROR: "WSREP has not yet prepared node for application use"
 
 	erUnknownSystemVariable = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE
 	erDupFieldName          = 1060 // ER_DUP_FIELDNAME
@@ -57,6 +63,16 @@ func isDenied(err error) bool {
 	return errors.As(err, &me) && (me.Number == erSpecificDenied || me.Number == erDBAccessDenied || me.Number == erTableAccessDenied)
 }
 
+// isConflict reports a transaction the server rolled back for another's:
+// an InnoDB deadlock, or on Galera a write set that lost certification to
+// one from another node, or a local transaction aborted by the applier of
+// one (a brute-force abort), or a Galera write transaction that lost its
+// savepoint that way (galera.go). Either way nothing of it was committed.
+func isConflict(err error) bool {
+	var me *gomysql.MySQLError
+	return errors.As(err, &me) && (me.Number == erLockDeadlock || me.Number == erSavepointGone)
+}
+
 func isDiskFull(err error) bool {
 	var me *gomysql.MySQLError
 	return errors.As(err, &me) && (me.Number == erDiskFull || me.Number == erRecordFileFull)
@@ -64,13 +80,14 @@ func isDiskFull(err error) bool {
 
 // isConnectionError reports errors of the connection rather than of the
 // statement: the network, a server shutting down or refusing connections,
-// a session killed, or a server that only reads (a replica or a primary
-// being switched over), after which a retry may reach a writable one.
+// a session killed, a server that only reads (a replica or a primary
+// being switched over), or a Galera node cut off from its cluster's
+// primary component, after which a retry may reach a writable one.
 func isConnectionError(err error) bool {
 	var me *gomysql.MySQLError
 	if errors.As(err, &me) {
 		switch me.Number {
-		case erConCount, erServerShutdown, erOptionPreventsRO, erConnectionKilled, erClientIdleTimeout:
+		case erConCount, erServerShutdown, erOptionPreventsRO, erConnectionKilled, erClientIdleTimeout, erWsrepNotReady:
 			return true
 		}
 		return false

@@ -26,8 +26,9 @@ func TestClassify(t *testing.T) {
 		{fmt.Errorf("read: %w", driver.ErrBadConn), mvcc.ErrUnavailable},
 		{gomysql.ErrInvalidConn, mvcc.ErrUnavailable},
 		{io.ErrUnexpectedEOF, mvcc.ErrUnavailable},
-		{&gomysql.MySQLError{Number: 1062}, nil}, // duplicate key: a statement's error
-		{&gomysql.MySQLError{Number: 1213}, nil}, // deadlock
+		{&gomysql.MySQLError{Number: 1062}, nil},                        // duplicate key: a statement's error
+		{&gomysql.MySQLError{Number: erLockDeadlock}, mvcc.ErrConflict}, // deadlock, lost certification
+		{&gomysql.MySQLError{Number: erWsrepNotReady}, mvcc.ErrUnavailable},
 		{errors.New("other"), nil},
 	}
 	for _, tc := range tests {
@@ -35,7 +36,7 @@ func TestClassify(t *testing.T) {
 		if !errors.Is(got, tc.err) {
 			t.Errorf("classify(%v) = %v lost the cause", tc.err, got)
 		}
-		for _, s := range []error{mvcc.ErrDiskFull, mvcc.ErrUnavailable} {
+		for _, s := range []error{mvcc.ErrDiskFull, mvcc.ErrUnavailable, mvcc.ErrConflict} {
 			if errors.Is(got, s) != (s == tc.want) {
 				t.Errorf("classify(%v) = %v: errors.Is %v = %v", tc.err, got, s, errors.Is(got, s))
 			}

@@ -56,7 +56,7 @@ func (w *writeTx) lockAndPrefetch(ctx context.Context, keys [][]byte) (err error
 	if len(args) > 0 {
 		query += "; " + prefetchSQL(len(args))
 	}
-	rows, err := queryAfter(ctx, w.conn, sqlBeginWrite, nil, query, args)
+	rows, err := queryAfter(ctx, w.conn, w.b.beginWriteSQL(), nil, query, args)
 	if err != nil {
 		return err
 	}

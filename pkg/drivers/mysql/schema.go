@@ -165,8 +165,21 @@ const schemaLockWait = 60 * time.Second
 // together on a new database wait for the first one instead of racing to
 // create the same tables. A database written by a newer kite is refused
 // rather than misread.
+//
+// On Galera the named lock holds on its own node only, so servers on two
+// nodes may migrate at once. Every step is idempotent (IF NOT EXISTS,
+// INSERT IGNORE, a duplicate column tolerated), DDL is replicated in one
+// total order, and a row write that loses certification to the other
+// migration's is tried again.
 func migrate(ctx context.Context, db *sql.DB, log *slog.Logger) error {
-	return migrateTo(ctx, db, log, migrations())
+	var err error
+	for range 5 {
+		if err = migrateTo(ctx, db, log, migrations()); !isConflict(err) {
+			return err
+		}
+		log.Info("schema migration lost to another server's, trying again", "err", err)
+	}
+	return err
 }
 
 // migrateTo is migrate with the steps given: a test makes a database of an

@@ -93,7 +93,9 @@ func (t *readTx) Rollback() error {
 func endTx(conn *sql.Conn) error {
 	ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
 	defer cancel()
-	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+	// autocommit is back on for the pool: a Galera write transaction
+	// turns it off (galera.go).
+	if _, err := conn.ExecContext(ctx, "ROLLBACK; SET autocommit = 1"); err != nil {
 		discard(conn)
 		return err
 	}

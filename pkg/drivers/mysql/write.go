@@ -41,6 +41,9 @@ type writeTx struct {
 	// transaction's writes (nil: the key does not exist); see prefetch.go.
 	known map[string]*mvccpb.KeyValue
 	done  bool
+	// mark is the newest log row written, checked after COMMIT on Galera
+	// (galera.go).
+	mark logMark
 }
 
 // BeginWrite implements mvcc.Backend. The first statement locks the
@@ -72,7 +75,7 @@ func (b *Backend) beginWrite(ctx context.Context, keys [][]byte) (mvcc.WriteTx, 
 	if keys != nil {
 		err = w.lockAndPrefetch(ctx, keys)
 	} else {
-		err = queryRowAfter(ctx, conn, sqlBeginWrite, nil, sqlLockRevisions, nil, &w.current, &w.compacted)
+		err = queryRowAfter(ctx, conn, b.beginWriteSQL(), nil, sqlLockRevisions, nil, &w.current, &w.compacted)
 	}
 	if err != nil {
 		err = classify(errors.Join(fmt.Errorf("begin write: lock revisions: %w", err), endTx(conn)))
@@ -163,6 +166,7 @@ func (w *writeTx) Put(ctx context.Context, kv *mvccpb.KeyValue, sub int64) error
 		return w.fail("put", err)
 	}
 	key, value := nonNil(kv.Key), nonNil(kv.Value)
+	w.noteLog(kv.ModRevision, int32(sub), key)
 	w.pend.appendLog(logRow{rev: kv.ModRevision, sub: int32(sub), key: key, createRev: kv.CreateRevision,
 		version: kv.Version, lease: kv.Lease, value: value})
 	live := &mvccpb.KeyValue{Key: key, CreateRevision: kv.CreateRevision,
@@ -182,6 +186,7 @@ func (w *writeTx) Delete(ctx context.Context, key []byte, rev, sub int64) error 
 		return w.fail("delete", err)
 	}
 	key = nonNil(key)
+	w.noteLog(rev, int32(sub), key)
 	w.pend.appendLog(logRow{rev: rev, sub: int32(sub), key: key, deleted: true, value: []byte{}})
 	w.pend.setLive(key, nil)
 	w.remember(key, nil)
@@ -406,8 +411,14 @@ func (w *writeTx) Commit() error {
 			return errors.Join(w.fail("commit: send pending writes", err), w.Rollback())
 		}
 	}
+	if w.b.galera {
+		last.sql = strings.TrimSuffix(last.sql, "COMMIT") + sqlGaleraCommit
+	}
 	start := time.Now()
 	_, err := w.conn.ExecContext(ctx, last.sql, last.args...)
+	if err == nil && w.b.galera {
+		err = w.verifyCommitted(ctx)
+	}
 	if err != nil {
 		return errors.Join(w.fail("commit", err), w.Rollback())
 	}
