@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -237,4 +238,23 @@ func firstDiff(a, b []seenEvent) int {
 		}
 	}
 	return min(len(a), len(b))
+}
+
+// checkHashKV checks that every server gives the same HashKV at rev.
+func checkHashKV(ctx context.Context, t *testing.T, ks []*kiteProcess, rev int64) {
+	t.Helper()
+	var hashes []uint32
+	for i, k := range ks {
+		h, err := k.Maint.HashKV(ctx, &pb.HashKVRequest{Revision: rev})
+		if err != nil {
+			t.Fatalf("HashKV on server %d: %v", i, err)
+		}
+		hashes = append(hashes, h.Hash)
+	}
+	for i := 1; i < len(hashes); i++ {
+		if hashes[i] != hashes[0] {
+			t.Errorf("HashKV at revision %d differs between servers: %v", rev, hashes)
+			return
+		}
+	}
 }

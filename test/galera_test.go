@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -112,17 +111,7 @@ func galeraOneOrder(t *testing.T, g *mysqltest.Galera, ks []*kiteProcess) {
 		}
 		seen[ev.Value] = ev.Rev
 	}
-	var hashes []uint32
-	for i, k := range ks {
-		h, err := k.Maint.HashKV(ctx, &pb.HashKVRequest{Revision: last})
-		if err != nil {
-			t.Fatalf("HashKV on server %d: %v", i, err)
-		}
-		hashes = append(hashes, h.Hash)
-	}
-	if hashes[0] != hashes[1] || hashes[0] != hashes[2] {
-		t.Errorf("HashKV at revision %d differs between servers: %v", last, hashes)
-	}
+	checkHashKV(ctx, t, ks, last)
 }
 
 // codeCount counts failed requests by gRPC code.

@@ -97,17 +97,7 @@ func sharedServersOneOrder(t *testing.T, kind string) {
 	ws.waitFor(t, ks, last)
 	checkOneOrder(t, ws.stop(), last, acks)
 
-	var hashes []uint32
-	for i, k := range ks {
-		h, err := k.Maint.HashKV(ctx, &pb.HashKVRequest{Revision: last})
-		if err != nil {
-			t.Fatalf("HashKV on server %d: %v", i, err)
-		}
-		hashes = append(hashes, h.Hash)
-	}
-	if hashes[0] != hashes[1] || hashes[0] != hashes[2] {
-		t.Errorf("HashKV at revision %d differs between servers: %v", last, hashes)
-	}
+	checkHashKV(ctx, t, ks, last)
 	// Server 0 heard of the others' commits through its driver's
 	// notifications (on Postgres, its LISTEN connection).
 	const received = "kite_db_notifications_received_total"
