@@ -13,7 +13,7 @@ import (
 	"github.com/kite-db/kite/internal/testenv"
 )
 
-// kine is the second reference of postgres mode: k3s's etcd shim
+// kine is the second reference of postgres and mysql modes: k3s's etcd shim
 // (github.com/k3s-io/kine), the usual way to run Kubernetes on a SQL
 // database. It implements the part of the etcd API kube-apiserver uses
 // (no general Txn, no serializable reads, no leases beyond TTLs); its

@@ -6,6 +6,7 @@
 //	kite-bench --endpoints http://127.0.0.1:2379 [--workloads put@64,get,...]
 //	kite-bench --compare --kite-binary ./kite [--memory-keys 100000]
 //	kite-bench --compare --datastore postgres [--kite-servers 2] [--kine-binary auto]
+//	kite-bench --compare --datastore mysql [--kite-servers 2] [--kine-binary auto]
 //	kite-bench --compare --datastore raftsql --members 3 [--workloads ...,failover]
 //	kite-bench --smoke --endpoints ...      every workload, tiny (CI)
 //	kite-bench build-kine [--dir D]          build the kine reference, print its path
@@ -15,7 +16,9 @@
 // --kine-binary adds kine (github.com/k3s-io/kine), the storage shim k3s
 // uses, on a fresh database of its own as a second reference. kine is not
 // a dependency of kite's module: internal/testenv builds it with the go
-// command from its own module (see testenv.BuildKine).
+// command from its own module (see testenv.BuildKine). mysql mode
+// (--datastore mysql) is the same on the MySQL or MariaDB server of
+// --mysql-admin.
 //
 // In raftsql mode (--datastore raftsql) kite and the reference etcd are
 // each a raft cluster of --members processes on loopback ports, started
@@ -76,9 +79,10 @@ type config struct {
 	smoke      bool
 	jsonPath   string
 
-	// Postgres mode (--compare only).
-	datastore     string // datastoreSQLite or datastorePostgres
+	// Database-server modes, postgres and mysql (--compare only).
+	datastore     string // one of the datastore* constants
 	postgresAdmin string
+	mysqlAdmin    string
 	kiteServers   int
 	kineBinary    string // "": no kine; kineAuto: build it; else a path
 	kineServers   int
@@ -103,6 +107,7 @@ type config struct {
 const (
 	datastoreSQLite   = "sqlite"
 	datastorePostgres = "postgres"
+	datastoreMySQL    = "mysql"
 	datastoreRaftSQL  = "raftsql"
 )
 
@@ -163,13 +168,14 @@ func parseFlags(args []string, stderr io.Writer) (*config, slog.Level, error) {
 	fs.IntVar(&cfg.memoryKeys, "memory-keys", 0, "with --compare: preload this many keys into a fresh server of each kind and report its resident memory")
 	fs.BoolVar(&cfg.smoke, "smoke", false, "run every workload tiny (a few seconds in all) to prove the tool works; without --workloads: "+smokeWorkloads)
 	fs.StringVar(&cfg.jsonPath, "json", "", "also write the JSON lines to this file")
-	fs.StringVar(&cfg.datastore, "datastore", datastoreSQLite, "with --compare: kite's storage, sqlite (its data dir), postgres (a fresh database on --postgres-admin, dropped at the end) or raftsql (a raft cluster of --members kite processes, against an etcd cluster of as many)")
+	fs.StringVar(&cfg.datastore, "datastore", datastoreSQLite, "with --compare: kite's storage, sqlite (its data dir), postgres (a fresh database on --postgres-admin, dropped at the end), mysql (the same on --mysql-admin) or raftsql (a raft cluster of --members kite processes, against an etcd cluster of as many)")
 	fs.IntVar(&cfg.members, "members", 1, "raftsql mode: members of kite's raft cluster and of the reference etcd cluster, each its own process, data dir and loopback ports; connections are spread over them round-robin (3 or 5 to survive the loss of one)")
 	fs.IntVar(&cfg.failovers, "failovers", 5, "failover: how many times the leader of each cluster is killed (and restarted)")
 	fs.StringVar(&cfg.postgresAdmin, "postgres-admin", defaultPostgresAdmin, "postgres mode: a loopback postgres:// URL of a role that may create databases; the benchmark's databases are made from it (its password is never printed)")
-	fs.IntVar(&cfg.kiteServers, "kite-servers", 1, "postgres mode: kite servers sharing the one database, each with its own data dir and port; connections are spread over them round-robin")
-	fs.StringVar(&cfg.kineBinary, "kine-binary", "", "postgres mode: add kine "+kineVersion+" as a second reference on its own fresh database; a kine binary, or \""+kineAuto+"\" to build it from its Go module (see \"How kine is built\" above)")
-	fs.IntVar(&cfg.kineServers, "kine-servers", 1, "postgres mode: kine servers sharing kine's database (2 to measure kine's cross-server watch, which polls)")
+	fs.StringVar(&cfg.mysqlAdmin, "mysql-admin", defaultMySQLAdmin, "mysql mode: a loopback mysql://user[:password]@tcp(host:port)/ DSN of a MySQL or MariaDB account that may create databases; the benchmark's databases are made from it (its password is never printed)")
+	fs.IntVar(&cfg.kiteServers, "kite-servers", 1, "postgres and mysql modes: kite servers sharing the one database, each with its own data dir and port; connections are spread over them round-robin")
+	fs.StringVar(&cfg.kineBinary, "kine-binary", "", "postgres and mysql modes: add kine "+kineVersion+" as a second reference on its own fresh database; a kine binary, or \""+kineAuto+"\" to build it from its Go module (see \"How kine is built\" above)")
+	fs.IntVar(&cfg.kineServers, "kine-servers", 1, "postgres and mysql modes: kine servers sharing kine's database (2 to measure kine's cross-server watch, which polls)")
 	fs.StringVar(&cfg.kineCacheDir, "kine-cache", "", "where --kine-binary "+kineAuto+" keeps the kine it builds (default: $XDG_CACHE_HOME/kite-bench/kine-"+kineVersion+")")
 	fs.StringVar(&profile, "profile", "", "comma-separated workload labels (or \"all\") during which to take a CPU profile of every kite server (started with --enable-pprof), with --compare")
 	fs.StringVar(&cfg.profileDir, "profile-dir", ".", "where --profile writes kite-WORKLOAD[-sN].pprof")
@@ -252,8 +258,8 @@ func validate(cfg *config) error {
 		return errors.New("--load-txn-ops must be at least 1")
 	case cfg.quotaBackendBytes != 0 && !cfg.compare:
 		return errors.New("--etcd-quota-backend-bytes needs --compare (it is a flag of the servers started here)")
-	case cfg.datastore != datastoreSQLite && cfg.datastore != datastorePostgres && cfg.datastore != datastoreRaftSQL:
-		return fmt.Errorf("--datastore %q: want %s, %s or %s", cfg.datastore, datastoreSQLite, datastorePostgres, datastoreRaftSQL)
+	case cfg.datastore != datastoreSQLite && cfg.datastore != datastorePostgres && cfg.datastore != datastoreMySQL && cfg.datastore != datastoreRaftSQL:
+		return fmt.Errorf("--datastore %q: want %s, %s, %s or %s", cfg.datastore, datastoreSQLite, datastorePostgres, datastoreMySQL, datastoreRaftSQL)
 	case cfg.datastore != datastoreSQLite && !cfg.compare:
 		return fmt.Errorf("--datastore %s needs --compare (it sets up the servers it measures)", cfg.datastore)
 	case cfg.members < 1:
@@ -266,17 +272,22 @@ func validate(cfg *config) error {
 		return fmt.Errorf("the failover workload kills the leader of a raft cluster, so it needs --compare --datastore raftsql --members 3 or more (got --datastore %s --members %d): with fewer than 3 members no quorum survives the leader", cfg.datastore, cfg.members)
 	case cfg.kiteServers < 1 || cfg.kineServers < 1:
 		return errors.New("--kite-servers and --kine-servers must be at least 1")
-	case cfg.datastore != datastorePostgres && (cfg.kiteServers > 1 || cfg.kineServers > 1 || cfg.kineBinary != ""):
-		return errors.New("--kite-servers, --kine-servers and --kine-binary need --datastore postgres")
-	case cfg.datastore == datastorePostgres && cfg.KiteBinary == "etcd":
-		return errors.New("--kite-binary etcd cannot run on --datastore postgres")
+	case !onDatabaseServer(cfg) && (cfg.kiteServers > 1 || cfg.kineServers > 1 || cfg.kineBinary != ""):
+		return errors.New("--kite-servers, --kine-servers and --kine-binary need --datastore postgres or mysql")
+	case onDatabaseServer(cfg) && cfg.KiteBinary == "etcd":
+		return fmt.Errorf("--kite-binary etcd cannot run on --datastore %s", cfg.datastore)
 	case cfg.conns < max(cfg.kiteServers, cfg.kineServers, cfg.members):
 		return errors.New("--conns must be at least --kite-servers, --kine-servers and --members (each server needs a connection)")
 	case cfg.profile != nil && !cfg.compare:
 		return errors.New("--profile needs --compare (it starts kite with --enable-pprof)")
 	}
-	if cfg.datastore == datastorePostgres {
+	switch cfg.datastore {
+	case datastorePostgres:
 		if err := checkPostgresURL(cfg.postgresAdmin); err != nil {
+			return err
+		}
+	case datastoreMySQL:
+		if _, err := parseMySQLAdmin(cfg.mysqlAdmin); err != nil {
 			return err
 		}
 	}
@@ -286,6 +297,12 @@ func validate(cfg *config) error {
 		}
 	}
 	return nil
+}
+
+// onDatabaseServer reports whether kite runs on a database server
+// (postgres or mysql mode), where several servers may share its store.
+func onDatabaseServer(cfg *config) bool {
+	return cfg.datastore == datastorePostgres || cfg.datastore == datastoreMySQL
 }
 
 // hasWorkload reports whether the run includes the workload name.
@@ -311,13 +328,15 @@ func usage(fs *flag.FlagSet) {
         --kine-binary, kine `+kineVersion+` on another fresh database as a second
         reference, and kite/kine ratios. kine implements only what Kubernetes uses:
         a workload it cannot serve is reported "unsupported by kine" with its error.
+  kite-bench --compare --datastore mysql [--kite-servers N] [--kine-binary auto|PATH] [flags]
+        the same on the MySQL or MariaDB server of --mysql-admin.
   kite-bench --compare --datastore raftsql --members N [flags]
         kite as a raft cluster of N members against a reference etcd cluster
         of N members, each member its own process; add the failover workload
         (N >= 3) to time the recovery from a kill -9 of the leader.
   kite-bench build-kine [--dir DIR]               build kine, print the binary's path
 
-With --kite-servers N (postgres mode) the N kite servers share one database
+With --kite-servers N (postgres and mysql modes) the N kite servers share one database
 and the connections are spread over them round-robin (connection i talks to
 server i mod N; client i uses connection i mod --conns). The watch-remote
 workload measures watch delivery across servers: one writer on the first

@@ -18,10 +18,8 @@ import (
 // trust authentication, as the project's tests use it.
 const defaultPostgresAdmin = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
-// pgAdmin creates and drops the benchmark's databases on the server that
-// --postgres-admin names. Every database it creates is dropped by
-// dropAll, which runCompare defers, so an interrupted run leaves none
-// behind unless kite-bench itself is killed.
+// pgAdmin is the dbAdmin of postgres mode: it creates and drops the
+// benchmark's databases on the server that --postgres-admin names.
 type pgAdmin struct {
 	dsn     string // --postgres-admin, a postgres:// URL
 	log     *slog.Logger
@@ -75,28 +73,28 @@ func (a *pgAdmin) connect(ctx context.Context) (*pgx.Conn, error) {
 
 // createDatabase creates an empty database named kite_bench_<purpose>_<random>
 // and returns its URL (the admin URL with the database replaced).
-func (a *pgAdmin) createDatabase(ctx context.Context, purpose string) (string, error) {
+func (a *pgAdmin) createDatabase(ctx context.Context, purpose string) (string, string, error) {
 	// Lower case (pgadmin.NewName): kine folds its database name to lower case.
 	name, err := pgadmin.NewName("kite_bench_"+purpose+"_", 4)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	conn, err := a.connect(ctx)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	defer conn.Close(context.Background())
 	if err := pgadmin.Create(ctx, conn, name); err != nil {
-		return "", err
+		return "", "", err
 	}
 	a.created = append(a.created, name)
 	a.log.Info("created database", "database", name)
-	return pgadmin.WithDatabase(a.dsn, name) // a URL: checked by newPGAdmin
+	dsn, err := pgadmin.WithDatabase(a.dsn, name) // a URL: checked by newPGAdmin
+	return dsn, dsnPassword(dsn), err
 }
 
 // dropAll drops every database this run created (pgadmin.Drop: a
-// stopped server's sessions do not hold it up). It runs on a fresh
-// context: the run's may already be cancelled.
+// stopped server's sessions do not hold it up).
 func (a *pgAdmin) dropAll() error {
 	if len(a.created) == 0 {
 		return nil

@@ -91,7 +91,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger, stdout io.Writer) e
 }
 
 // runCompare measures a reference etcd and kite in one run (and kine in
-// postgres mode with --kine-binary). Memory is measured on fresh servers
+// postgres and mysql modes with --kine-binary). Memory is measured on fresh servers
 // so that it reflects the preloaded keys, not the allocations earlier
 // workloads left behind. The workloads then run against all servers kept
 // up side by side, alternating per workload, so a noisy neighbour on the
@@ -106,13 +106,13 @@ func runCompare(ctx context.Context, cfg *config, log *slog.Logger, runID string
 		return err
 	}
 	kinds := []serverKind{etcdK, kiteK}
-	var pg *pgAdmin
-	if cfg.datastore == datastorePostgres {
-		if pg, err = newPGAdmin(ctx, cfg.postgresAdmin, log); err != nil {
+	var db dbAdmin
+	if onDatabaseServer(cfg) {
+		if db, err = newDBAdmin(ctx, cfg, log); err != nil {
 			return err
 		}
 		// Registered before any server starts, so it runs after they stop.
-		defer func() { err = errors.Join(err, pg.dropAll()) }()
+		defer func() { err = errors.Join(err, db.dropAll()) }()
 		if cfg.kineBinary != "" {
 			kine, err := resolveKine(ctx, cfg, log)
 			if err != nil {
@@ -125,7 +125,7 @@ func runCompare(ctx context.Context, cfg *config, log *slog.Logger, runID string
 	var errs []error
 	if cfg.memoryKeys > 0 {
 		for _, k := range kinds {
-			r, err := measureMemory(ctx, cfg, log, runID, k, pg)
+			r, err := measureMemory(ctx, cfg, log, runID, k, db)
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -143,7 +143,7 @@ func runCompare(ctx context.Context, cfg *config, log *slog.Logger, runID string
 		}
 	}()
 	for _, k := range kinds {
-		c, err := startCluster(ctx, cfg, log, k, pg)
+		c, err := startCluster(ctx, cfg, log, k, db)
 		if err != nil {
 			return errors.Join(append(errs, err)...)
 		}
@@ -306,8 +306,8 @@ func unsupportedResult(name string, s spec, r result, err error) result {
 
 // measureMemory starts a fresh server of kind, preloads --memory-keys keys
 // of --val-size bytes, and reports its resident memory.
-func measureMemory(ctx context.Context, cfg *config, log *slog.Logger, runID string, kind serverKind, pg *pgAdmin) (result, error) {
-	p, err := startCluster(ctx, cfg, log, kind, pg)
+func measureMemory(ctx context.Context, cfg *config, log *slog.Logger, runID string, kind serverKind, db dbAdmin) (result, error) {
+	p, err := startCluster(ctx, cfg, log, kind, db)
 	if err != nil {
 		return result{}, err
 	}

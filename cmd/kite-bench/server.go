@@ -46,7 +46,7 @@ type member struct {
 type serverKind struct {
 	name string
 	argv func(m member) []string
-	// servers is how many processes serve one store (postgres mode: kite
+	// servers is how many processes serve one store (postgres and mysql modes: kite
 	// and kine servers sharing one database); 0 means 1.
 	servers int
 	// members, when above 0, makes the kind a raft cluster of that many
@@ -54,7 +54,7 @@ type serverKind struct {
 	// and peer port, bootstrapped together (raftsql.go).
 	members int
 	// dbEnv, when set, gives every fresh start of this kind a fresh
-	// Postgres database, whose URL each server process finds in this
+	// database (Postgres or MySQL), whose DSN each server process finds in this
 	// environment variable (so it never shows in a process listing).
 	dbEnv string
 	// partial marks a server that implements only part of the etcd API
@@ -89,7 +89,7 @@ func etcdKind(name string, cfg *config) (serverKind, error) {
 
 // kiteKind runs the kite binary with the flags issue 4 fixes. binary "etcd"
 // stands a second reference etcd in for kite, which proves the tool on
-// etcd-vs-etcd (every ratio should then be near 1). In postgres mode kite
+// etcd-vs-etcd (every ratio should then be near 1). In postgres and mysql modes kite
 // reads --datastore-endpoint from KITE_DATASTORE_ENDPOINT (kite fills any
 // flag not on its command line from KITE_<FLAG>), and --kite-servers
 // servers share the database. In raftsql mode each member is started
@@ -125,7 +125,7 @@ func kiteKind(cfg *config) (serverKind, error) {
 		return argv
 	}}
 	switch cfg.datastore {
-	case datastorePostgres:
+	case datastorePostgres, datastoreMySQL:
 		k.servers = cfg.kiteServers
 		k.dbEnv = "KITE_DATASTORE_ENDPOINT"
 	case datastoreRaftSQL:
@@ -135,7 +135,7 @@ func kiteKind(cfg *config) (serverKind, error) {
 }
 
 // cluster is the servers of one kind that share one store: one process,
-// in postgres mode several on one database, in raftsql mode the members
+// in postgres and mysql modes several on one database, in raftsql mode the members
 // of a raft cluster.
 type cluster struct {
 	kind  serverKind
@@ -143,8 +143,8 @@ type cluster struct {
 }
 
 // startCluster starts kind's servers, on a fresh database when kind needs
-// one (created on pg, dropped by pg.dropAll at the end of the run).
-func startCluster(ctx context.Context, cfg *config, log *slog.Logger, kind serverKind, pg *pgAdmin) (*cluster, error) {
+// one (created on db, dropped by db.dropAll at the end of the run).
+func startCluster(ctx context.Context, cfg *config, log *slog.Logger, kind serverKind, db dbAdmin) (*cluster, error) {
 	if kind.members > 0 {
 		return startRaftCluster(ctx, cfg, log, kind)
 	}
@@ -152,15 +152,15 @@ func startCluster(ctx context.Context, cfg *config, log *slog.Logger, kind serve
 	var env []string
 	var secret string
 	if kind.dbEnv != "" {
-		if pg == nil {
-			return nil, fmt.Errorf("%s needs a Postgres database (--datastore postgres)", kind.name)
+		if db == nil {
+			return nil, fmt.Errorf("%s needs a database server (--datastore postgres or mysql)", kind.name)
 		}
-		dsn, err := pg.createDatabase(ctx, kind.name)
+		dsn, password, err := db.createDatabase(ctx, kind.name)
 		if err != nil {
 			return nil, err
 		}
 		env = []string{kind.dbEnv + "=" + dsn}
-		secret = dsnPassword(dsn)
+		secret = password
 	}
 	n := max(kind.servers, 1)
 	for i := range n {

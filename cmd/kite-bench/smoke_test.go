@@ -153,65 +153,78 @@ func checkEveryWorkload(t *testing.T, results map[string]result, targets []strin
 	}
 }
 
-// Test_SmokeComparePostgres runs --compare in postgres mode: a reference
-// etcd and two kite servers on one fresh database, every default workload
-// and the cross-server watch, tiny. It builds kite (or uses
-// $KITE_BENCH_KITE_BINARY) and needs the local Postgres of
-// KITE_TEST_POSTGRES (default postgres://postgres@127.0.0.1:5432/postgres);
-// where that is unreachable it is skipped, except under CI=true where it
+// Test_SmokeCompareDatabase runs --compare in postgres and in mysql mode:
+// a reference etcd and two kite servers on one fresh database, every
+// default workload and the cross-server watch, tiny, and no database left
+// behind. It builds kite (or uses $KITE_BENCH_KITE_BINARY) and needs the
+// local Postgres of KITE_TEST_POSTGRES (default
+// postgres://postgres@127.0.0.1:5432/postgres) and the local MySQL or
+// MariaDB of KITE_TEST_MYSQL (default root@tcp(127.0.0.1:3306)/); where
+// one is unreachable its mode is skipped, except under CI=true where it
 // fails. kine is not part of it: building kine takes minutes.
-func Test_SmokeComparePostgres(t *testing.T) {
+func Test_SmokeCompareDatabase(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three server processes")
 	}
-	admin := os.Getenv("KITE_TEST_POSTGRES")
-	if admin == "" {
-		admin = defaultPostgresAdmin
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	before, err := benchDatabases(ctx, admin)
-	if err != nil {
-		msg := fmt.Sprintf("Postgres unreachable at %s (set KITE_TEST_POSTGRES to an admin connection URL): %v", redactDSN(admin), err)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	kite := buildKite(t)
-	results := runSmoke(t, "--smoke", "--compare", "--datastore", "postgres", "--postgres-admin", admin,
-		"--kite-binary", kite, "--kite-servers", "2", "--workloads", smokeWorkloads+",watch-remote",
-		"--memory-keys", "300", "--work-dir", t.TempDir())
-	checkEveryWorkload(t, results, []string{"etcd", "kite"}, smokeWorkloads)
-	checkPeakRSS(t, results, []string{"etcd", "kite"})
-	for _, target := range []string{"etcd", "kite"} {
-		r, ok := results[target+"/memory-300"]
-		if !ok || r.RSSBytes <= 0 || r.Ops != 300 {
-			t.Errorf("%s memory result = %+v, want 300 keys and a resident size", target, r)
-		}
-	}
-	for _, target := range []string{"etcd", "kite"} {
-		r, ok := results[target+"/watch-remote"]
-		if !ok || r.Ops <= 0 || r.Errors != 0 || r.Missed != 0 || r.Duplicates != 0 {
-			t.Errorf("%s/watch-remote = %+v, want ops > 0 and no errors, missed or duplicates", target, r)
-		}
-	}
-	if r := results["kite/watch-remote"]; r.Note != "" {
-		t.Errorf("kite/watch-remote on two servers has note %q, want the watchers on the other server", r.Note)
-	}
-	if r := results["etcd/watch-remote"]; r.Note == "" {
-		t.Errorf("etcd/watch-remote on one server has no note saying so")
-	}
-	// A kite-bench run of someone else's on the same server at the same
-	// time would show here too; CI runs nothing beside the tests.
-	after, err := benchDatabases(ctx, admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name := range after {
-		if !before[name] {
-			t.Errorf("database %s left behind", name)
-		}
+	for _, mode := range []struct {
+		datastore, adminFlag, envVar, admin string
+		// databases lists the databases named kite_bench_*.
+		databases func(ctx context.Context, admin string) (map[string]bool, error)
+	}{
+		{datastorePostgres, "--postgres-admin", "KITE_TEST_POSTGRES", defaultPostgresAdmin, pgBenchDatabases},
+		{datastoreMySQL, "--mysql-admin", "KITE_TEST_MYSQL", defaultMySQLAdmin, myBenchDatabases},
+	} {
+		t.Run(mode.datastore, func(t *testing.T) {
+			admin := os.Getenv(mode.envVar)
+			if admin == "" {
+				admin = mode.admin
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			before, err := mode.databases(ctx, admin)
+			if err != nil {
+				msg := fmt.Sprintf("%s unreachable (set %s to an admin connection string): %v", mode.datastore, mode.envVar, err)
+				if os.Getenv("CI") == "true" {
+					t.Fatal(msg)
+				}
+				t.Skip(msg)
+			}
+			kite := buildKite(t)
+			results := runSmoke(t, "--smoke", "--compare", "--datastore", mode.datastore, mode.adminFlag, admin,
+				"--kite-binary", kite, "--kite-servers", "2", "--workloads", smokeWorkloads+",watch-remote",
+				"--memory-keys", "300", "--work-dir", t.TempDir())
+			checkEveryWorkload(t, results, []string{"etcd", "kite"}, smokeWorkloads)
+			checkPeakRSS(t, results, []string{"etcd", "kite"})
+			for _, target := range []string{"etcd", "kite"} {
+				r, ok := results[target+"/memory-300"]
+				if !ok || r.RSSBytes <= 0 || r.Ops != 300 {
+					t.Errorf("%s memory result = %+v, want 300 keys and a resident size", target, r)
+				}
+			}
+			for _, target := range []string{"etcd", "kite"} {
+				r, ok := results[target+"/watch-remote"]
+				if !ok || r.Ops <= 0 || r.Errors != 0 || r.Missed != 0 || r.Duplicates != 0 {
+					t.Errorf("%s/watch-remote = %+v, want ops > 0 and no errors, missed or duplicates", target, r)
+				}
+			}
+			if r := results["kite/watch-remote"]; r.Note != "" {
+				t.Errorf("kite/watch-remote on two servers has note %q, want the watchers on the other server", r.Note)
+			}
+			if r := results["etcd/watch-remote"]; r.Note == "" {
+				t.Errorf("etcd/watch-remote on one server has no note saying so")
+			}
+			// A kite-bench run of someone else's on the same server at the
+			// same time would show here too; CI runs nothing beside the tests.
+			after, err := mode.databases(ctx, admin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name := range after {
+				if !before[name] {
+					t.Errorf("database %s left behind", name)
+				}
+			}
+		})
 	}
 }
 
@@ -299,8 +312,9 @@ func Test_FailoverRefused(t *testing.T) {
 	}
 }
 
-// benchDatabases returns the names of the databases kite-bench makes.
-func benchDatabases(ctx context.Context, admin string) (map[string]bool, error) {
+// pgBenchDatabases returns the names of the databases kite-bench makes on
+// a Postgres.
+func pgBenchDatabases(ctx context.Context, admin string) (map[string]bool, error) {
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
 		return nil, err
@@ -319,4 +333,33 @@ func benchDatabases(ctx context.Context, admin string) (map[string]bool, error) 
 		m[n] = true
 	}
 	return m, nil
+}
+
+// myBenchDatabases returns the names of the databases kite-bench makes on
+// a MySQL or MariaDB.
+func myBenchDatabases(ctx context.Context, admin string) (map[string]bool, error) {
+	cfg, err := parseMySQLAdmin(admin)
+	if err != nil {
+		return nil, err
+	}
+	a := &myAdmin{cfg: cfg, dsn: admin}
+	db, err := a.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(ctx, "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'kite\\_bench\\_%'")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	m := map[string]bool{}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, err
+		}
+		m[n] = true
+	}
+	return m, rows.Err()
 }
