@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kite-db/kite/pkg/drivers/mysql/mysqltest"
 	"github.com/kite-db/kite/pkg/drivers/postgres/pgtest"
 )
 
@@ -305,4 +306,125 @@ func TestDiskFullRaftSQLFollower(t *testing.T) {
 	f.Restart()
 	waitApplied(t, c, last)
 	sameHashKV(t, ctx, c, last)
+}
+
+// TestDiskFullMySQL: kite on a MariaDB server of the test's own
+// (mysqltest.NewServer) whose datadir (tablespaces, redo log) is on a
+// small filesystem that fills up under writes. The redo log is a
+// preallocated file that is overwritten in place, so what runs out is a
+// tablespace that cannot grow, and the transaction fails with error 1114
+// ("the table is full"), which kite answers as the disk-full error; should
+// mariadbd stop instead, kite answers unavailable. Either way nothing
+// acknowledged is lost, no failed write is applied, and once space is
+// freed (and a mariadbd that stopped is started, as an operator would)
+// the same kite server writes again, its watchers continue without a gap,
+// and a SIGKILL and restart after that loses nothing.
+func TestDiskFullMySQL(t *testing.T) {
+	if againstEtcd {
+		t.Skip("the database is MariaDB")
+	}
+	disk := newSmallDisk(t, 64)
+	db := mysqltest.NewServer(t, disk.Dir)
+	t.Logf("%d MiB free on the disk with mariadbd's datadir", disk.free(t)>>20)
+	k := startKiteIn(t, t.TempDir(), "--datastore-endpoint", db.DSN("kite"))
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	const prefix = "/diskfull/"
+	wc := k.Client.Watch(ctx, prefix, clientv3.WithPrefix())
+	first, err := k.Client.Put(ctx, prefix+"first", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	disk.fill(t, 2<<20)
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	random := func() string {
+		b := make([]byte, 4096)
+		for i := range b {
+			b[i] = byte('a' + rng.IntN(26))
+		}
+		return string(b)
+	}
+	var acked []ack
+	var full error
+	for i := 0; full == nil; i++ {
+		if i > 10000 {
+			t.Fatalf("%d writes of 4 KiB fit on a disk with 2 MiB free", i)
+		}
+		key, value := fmt.Sprintf("%sk%05d", prefix, i), random()
+		pctx, pcancel := context.WithTimeout(ctx, 20*time.Second)
+		resp, err := k.Client.Put(pctx, key, value)
+		pcancel()
+		if err != nil {
+			full = err
+			break
+		}
+		acked = append(acked, ack{key, value, resp.Header.Revision})
+	}
+	diskFull := strings.Contains(full.Error(), "disk full")
+	if !diskFull && status.Code(full) != codes.Unavailable {
+		t.Fatalf("a write on a full disk failed with %v; want the disk-full error, or unavailable if mariadbd stopped", full)
+	}
+	t.Logf("%d writes acknowledged before the disk filled; then %v (mariadbd running: %v)", len(acked), full, db.Running())
+	if diskFull {
+		// mariadbd still runs: reads work and every write fails alike.
+		rev := mustRev(t, k)
+		for range 3 {
+			if _, err := k.Client.Put(ctx, prefix+"more", random()); err == nil {
+				t.Fatal("a write succeeded on the full disk")
+			} else if !strings.Contains(err.Error(), "disk full") {
+				t.Errorf("a write on the full disk failed with %v; want the disk-full error", err)
+			}
+		}
+		if got := mustRev(t, k); got != rev {
+			t.Fatalf("failed writes moved the revision from %d to %d", rev, got)
+		}
+		checkAcks(ctx, t, k, acked)
+	}
+
+	disk.release(t)
+	if !db.Running() {
+		t.Logf("mariadbd stopped on the full disk; its log ends:\n%s", db.LogTail(20))
+		db.Start(t)
+	}
+	var after int64
+	waitUntil(t, 60*time.Second, "a write after space was freed", func() bool {
+		pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer pcancel()
+		resp, err := k.Client.Put(pctx, prefix+"after", "x")
+		if err == nil {
+			after = resp.Header.Revision
+		}
+		return err == nil
+	})
+	checkAcks(ctx, t, k, acked)
+	// The watcher saw every acknowledged write once, in order, and then
+	// the write after the heal: no gap across the full disk.
+	want := append([]ack{{prefix + "first", "x", first.Header.Revision}}, acked...)
+	var got []ack
+	for len(got) == 0 || got[len(got)-1].rev < after {
+		select {
+		case resp := <-wc:
+			if err := resp.Err(); err != nil {
+				t.Fatalf("watch ended: %v", err)
+			}
+			for _, ev := range resp.Events {
+				got = append(got, ack{string(ev.Kv.Key), string(ev.Kv.Value), ev.Kv.ModRevision})
+			}
+		case <-ctx.Done():
+			t.Fatalf("watch delivered %d events, not up to revision %d", len(got), after)
+		}
+	}
+	if len(got) != len(want)+1 {
+		t.Fatalf("watch delivered %d events, want %d acknowledged and the one after", len(got), len(want)+1)
+	}
+	for i, w := range want {
+		if got[i] != w {
+			t.Fatalf("watch event %d: %s at %d, want %s at %d", i, got[i].key, got[i].rev, w.key, w.rev)
+		}
+	}
+
+	k.Kill()
+	k.Restart()
+	checkAcks(ctx, t, k, acked)
 }

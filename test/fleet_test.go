@@ -171,6 +171,17 @@ func startWriters(ctx context.Context, t *testing.T, ks []*kiteProcess,
 	return w
 }
 
+// failures is how many writes have failed so far, on every server.
+func (w *writers) failures() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, f := range w.failed {
+		n += f
+	}
+	return n
+}
+
 // stop ends the writers and returns the acknowledged writes and the
 // failures per server.
 func (w *writers) stop() ([]ack, []int) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"regexp"
 
 	gomysql "github.com/go-sql-driver/mysql"
 
@@ -36,6 +37,9 @@ func classify(err error) error {
 const (
 	erDiskFull          = 1021 // ER_DISK_FULL
 	erRecordFileFull    = 1114 // ER_RECORD_FILE_FULL: "The table is full"
+	eeWrite             = 3    // EE_WRITE: "Error writing file ... (Errcode: n ...)"
+	erErrorOnWrite      = 1026 // ER_ERROR_ON_WRITE: "Error writing file ... (errno: n ...)"
+	erGetErrno          = 1030 // ER_GET_ERRNO: "Got error n ... from storage engine"
 	erConCount          = 1040 // ER_CON_COUNT_ERROR: too many connections
 	erServerShutdown    = 1053 // ER_SERVER_SHUTDOWN
 	erOptionPreventsRO  = 1290 // ER_OPTION_PREVENTS_STATEMENT: --read-only, a replica
@@ -73,10 +77,30 @@ func isConflict(err error) bool {
 	return errors.As(err, &me) && (me.Number == erLockDeadlock || me.Number == erSavepointGone)
 }
 
+// isDiskFull reports the server's out-of-space errors: InnoDB's "table is
+// full" (a tablespace that could not grow, what a full disk gives on
+// MariaDB 10.11), ER_DISK_FULL, and the errors that carry an operating
+// system error number when that number is 28, ENOSPC (a failed file write,
+// or MySQL's "Got error 28 from storage engine"). Those carry it in their
+// text only.
 func isDiskFull(err error) bool {
 	var me *gomysql.MySQLError
-	return errors.As(err, &me) && (me.Number == erDiskFull || me.Number == erRecordFileFull)
+	if !errors.As(err, &me) {
+		return false
+	}
+	switch me.Number {
+	case erDiskFull, erRecordFileFull:
+		return true
+	case eeWrite, erErrorOnWrite, erGetErrno:
+		return enospc.MatchString(me.Message)
+	}
+	return false
 }
+
+// enospc finds errno 28 in the server's messages, in MariaDB's and
+// MySQL's spellings ("Got error 28 ...", "(errno: 28 ...", "(Errcode: 28
+// ..."); the strerror text after it depends on the server's locale.
+var enospc = regexp.MustCompile(`(?i)\b(?:error|errno:|errcode:) ?28\b`)
 
 // isConnectionError reports errors of the connection rather than of the
 // statement: the network, a server shutting down or refusing connections,

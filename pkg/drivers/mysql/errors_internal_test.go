@@ -19,6 +19,15 @@ func TestClassify(t *testing.T) {
 	}{
 		{&gomysql.MySQLError{Number: erDiskFull}, mvcc.ErrDiskFull},
 		{&gomysql.MySQLError{Number: erRecordFileFull}, mvcc.ErrDiskFull},
+		// ENOSPC in the errors that carry an errno, as MariaDB and MySQL
+		// word them; another errno is not a full disk.
+		{&gomysql.MySQLError{Number: erGetErrno, Message: `Got error 28 "No space left on device" from storage engine InnoDB`}, mvcc.ErrDiskFull},
+		{&gomysql.MySQLError{Number: erGetErrno, Message: "Got error 28 - 'No space left on device' from storage engine"}, mvcc.ErrDiskFull},
+		{&gomysql.MySQLError{Number: erErrorOnWrite, Message: `Error writing file './kite/kite_log.ibd' (errno: 28 "No space left on device")`}, mvcc.ErrDiskFull},
+		{&gomysql.MySQLError{Number: eeWrite, Message: `Error writing file '/tmp/MLfd=5' (Errcode: 28 "No space left on device")`}, mvcc.ErrDiskFull},
+		{&gomysql.MySQLError{Number: erGetErrno, Message: `Got error 128 "Too many active concurrent transactions" from storage engine InnoDB`}, nil},
+		{&gomysql.MySQLError{Number: erErrorOnWrite, Message: `Error writing file 'x' (errno: 5 "Input/output error")`}, nil},
+		{&gomysql.MySQLError{Number: 1062, Message: "Duplicate entry 'error 28' for key 'PRIMARY'"}, nil},
 		{&gomysql.MySQLError{Number: erConCount}, mvcc.ErrUnavailable},
 		{&gomysql.MySQLError{Number: erServerShutdown}, mvcc.ErrUnavailable},
 		{&gomysql.MySQLError{Number: erOptionPreventsRO}, mvcc.ErrUnavailable},

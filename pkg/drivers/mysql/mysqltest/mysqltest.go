@@ -7,6 +7,10 @@
 // root@tcp(127.0.0.1:3306)/). Where it is unreachable the test is skipped,
 // except under CI=true: there a missing database is a failure, not a
 // reason to pass.
+//
+// A test that must stop, crash or starve its database instead starts a
+// mariadbd of its own: NewServer for one server, NewGalera for a Galera
+// cluster.
 package mysqltest
 
 import (
