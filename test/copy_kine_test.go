@@ -1,6 +1,7 @@
 package test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"github.com/kite-db/kite/pkg/drivers/mysql/mysqltest"
 	"github.com/kite-db/kite/pkg/drivers/postgres/pgtest"
 )
 
@@ -36,8 +38,8 @@ import (
 //   - Paging: a Range of the whole key space ("\x00" to "\x00") ignores
 //     its limit (every key but the last comes back, with more set), and
 //     any other range ending at "\x00" answers nothing, so a copy cannot
-//     page through kine as through etcd. The Postgres copy below asks for
-//     pages of 97 keys, the SQLite one for the default 500.
+//     page through kine as through etcd. The Postgres and MySQL copies
+//     below ask for pages of 97 keys, the SQLite ones for the default 500.
 //   - Versions: kine does not count a key's modifications and reports
 //     version 0 for every key, which etcd never does for a key that exists
 //     (Compare(Version(k), "=", 0) is how clients ask "k is absent"). The
@@ -62,6 +64,34 @@ import (
 //   - kine implements the writes kube-apiserver makes: Put, and Txns of
 //     exactly its create, update, delete and compaction shapes; no
 //     DeleteRange. The history below is written in those shapes.
+//
+// kine on MySQL (its mysql:// endpoint, MariaDB 10.11 here) answers as on
+// SQLite but for its key column, CHARACTER SET ascii, whose collation
+// (ascii_general_ci) ignores case:
+//
+//   - Key order: kine lists ORDER BY that column, not in byte order.
+//     Capitals sort as small letters, so '_' comes after every letter:
+//     ciZ < ci_reader < cia in bytes, cia < ciZ < ci_reader on kine. The
+//     copy's sum is taken in the order the keys come and compared with the
+//     target's, read in byte order, so until kite copy sorted kine's
+//     answer (one response, see Paging) a copy of such names failed its
+//     verification. The history holds RBAC names like these, and kineKeys
+//     checks that kine lists them out of byte order, so the sort stays
+//     tested.
+//   - Case: two keys that differ only in case are one key: a create of /a
+//     after /A answers "exists" and a Get of /a answers /A. The copy holds
+//     what kine lists, so such a pair cannot be in kine to copy; the
+//     history writes none.
+//   - Revisions: as on SQLite for this history (the same R, and the
+//     compactions delete the same rows). A create that loses its compare
+//     takes no AUTO_INCREMENT id, and no gap-fill rows appeared: kine
+//     writes them (named gap-N, deleted) only for an id that was taken
+//     and never committed, and a copy of the keys at R holds no deleted
+//     row anyway.
+//   - Paging, versions, leases and compact_rev_key: as on SQLite, that
+//     code being above the SQL. (kine's MySQL driver also turns a start
+//     key's trailing "\x00" into "#"; the copy does not page kine, so it
+//     sends none.)
 
 // kineWrite issues writes the way kube-apiserver does, which is all kine
 // understands.
@@ -218,6 +248,12 @@ func kineHistory(t *testing.T, ctx context.Context, k *kineProcess) (live int, l
 	for i := range 3 {
 		add(fmt.Sprintf("/registry/masterleases/127.0.0.%d", i+1), mastersLease.ID)
 	}
+	// RBAC names may hold capitals and '_': in byte order these four are
+	// Admin-Viewer, ciZ, ci_reader, cia, not in the order of a
+	// case-insensitive collation (kine's MySQL table).
+	for _, name := range []string{"Admin-Viewer", "ci_reader", "cia", "ciZ"} {
+		add("/registry/clusterroles/"+name, 0)
+	}
 	r := rand.New(rand.NewPCG(1, 2))
 	var mu sync.Mutex // r is not safe for concurrent use
 	value := func(o *kineObject, gen int) []byte {
@@ -302,8 +338,11 @@ func kineHistory(t *testing.T, ctx context.Context, k *kineProcess) (live int, l
 // kineKeys is what kine answers for every key a copy should hold: the
 // keys under /registry/ (kube-apiserver's prefix, which kine lists and
 // pages correctly) and compact_rev_key as a Get answers it, in key order,
-// with kine's header revision.
-func kineKeys(t *testing.T, ctx context.Context, k *kineProcess) (*pb.RangeResponse, int64) {
+// with kine's header revision. bytewise says whether kine lists in byte
+// order, as etcd does; where it does not (MySQL), the history holds keys
+// it lists out of that order, which is checked, so that the copy's
+// ordering stays tested.
+func kineKeys(t *testing.T, ctx context.Context, k *kineProcess, bytewise bool) (*pb.RangeResponse, int64) {
 	t.Helper()
 	reg, err := k.KV.Range(ctx, &pb.RangeRequest{Key: []byte("/registry/"), RangeEnd: []byte("/registry0")})
 	if err != nil {
@@ -317,9 +356,11 @@ func kineKeys(t *testing.T, ctx context.Context, k *kineProcess) (*pb.RangeRespo
 		t.Fatalf("kine's revision moved between two reads (%d, %d): nothing should write to it now", reg.Header.Revision, crk.Header.Revision)
 	}
 	want := &pb.RangeResponse{Kvs: append(reg.Kvs, crk.Kvs...), Count: reg.Count + 1}
-	if !slices.IsSortedFunc(want.Kvs, func(a, b *mvccpb.KeyValue) int { return strings.Compare(string(a.Key), string(b.Key)) }) {
-		t.Fatal("kine's keys are not in key order")
+	byKey := func(a, b *mvccpb.KeyValue) int { return bytes.Compare(a.Key, b.Key) }
+	if slices.IsSortedFunc(want.Kvs, byKey) != bytewise {
+		t.Fatalf("kine's keys in byte order: %v, want %v", !bytewise, bytewise)
 	}
+	slices.SortFunc(want.Kvs, byKey)
 	return want, reg.Header.Revision
 }
 
@@ -337,23 +378,68 @@ func kineLeases(kvs []*mvccpb.KeyValue) map[int64][]string {
 	return out
 }
 
-// TestCopyFromKine copies a running kine v0.17.5 (k3s's etcd shim, on its
-// default SQLite) holding a kube-apiserver-like history into kite on
-// SQLite and on Postgres, then compares kite on each copy with kine key by
-// key: value, create and mod revision, lease, version (as kine allows, see
-// above), the header revision R of a Range, the leases; reads below R are
-// compacted on the copy, and its next write is R+1.
+// TestCopyFromKine copies a running kine v0.17.5 (k3s's etcd shim)
+// holding a kube-apiserver-like history into kite, then compares kite on
+// each copy with kine key by key: value, create and mod revision, lease,
+// version (as kine allows, see above), the header revision R of a Range,
+// the leases; reads below R are compacted on the copy, and its next write
+// is R+1. kine runs on its default SQLite and on MySQL (MariaDB), where
+// k3s users keep their data. A history and each copy take seconds, so
+// kine on MySQL is copied into SQLite and MySQL only: Postgres as a target
+// tests nothing the SQLite source does not.
 func TestCopyFromKine(t *testing.T) {
 	if againstEtcd {
 		t.Skip("kite copy into kite's storage")
 	}
-	k := startKine(t)
+	for _, src := range []struct {
+		name     string
+		endpoint func(t *testing.T) string // kine's KINE_ENDPOINT
+		bytewise bool                      // kine lists keys in byte order
+		targets  []string
+	}{
+		{"kine-sqlite", func(*testing.T) string { return "" }, true, []string{"sqlite", "postgres", "mysql"}},
+		{"kine-mysql", func(t *testing.T) string { return mysqltest.NewDatabase(t) }, false, []string{"sqlite", "mysql"}},
+	} {
+		t.Run(src.name, func(t *testing.T) { copyFromKine(t, src.endpoint(t), src.bytewise, src.targets) })
+	}
+}
+
+// kiteTarget returns, for a target named sqlite, postgres or mysql, kite
+// copy's target flags (args), kite's storage flags for serving the copy
+// (serve) and its data dir.
+func kiteTarget(t *testing.T, name string) (args, serve []string, dir string) {
+	t.Helper()
+	switch name {
+	case "sqlite":
+		dir := filepath.Join(t.TempDir(), "kite")
+		return []string{"--to", "sqlite://" + filepath.Join(dir, "kite.db")}, nil, dir
+	case "postgres", "mysql":
+		dsn := ""
+		if name == "postgres" {
+			dsn = pgtest.NewDatabase(t)
+		} else {
+			dsn = mysqltest.NewDatabase(t)
+		}
+		// --page-size: kite copy sends kine no limit (kine does not page
+		// its whole key space), so a small one must change nothing.
+		return []string{"--to", dsn, "--page-size", "97"}, []string{"--datastore-endpoint", dsn}, t.TempDir()
+	}
+	t.Fatalf("no copy target %q", name)
+	return nil, nil, ""
+}
+
+// copyFromKine writes the history into a kine on endpoint ("" its default
+// SQLite), copies it into each of targets and compares. bytewise is as
+// for kineKeys.
+func copyFromKine(t *testing.T, endpoint string, bytewise bool, targets []string) {
+	k := startKine(t, endpoint)
 	ctx := testCtx(t, 8*time.Minute)
 	start := time.Now()
 	live, leases := kineHistory(t, ctx, k)
 	t.Logf("kine history written in %v", time.Since(start).Round(time.Millisecond))
 
-	want, r := kineKeys(t, ctx, k)
+	want, r := kineKeys(t, ctx, k, bytewise)
+	t.Logf("kine at revision %d holds %d keys", r, len(want.Kvs))
 	// The comparison below is with kine's answers, so first make sure
 	// kine holds what was written (and kine's own /registry/health):
 	// otherwise two empty key spaces would compare equal.
@@ -370,22 +456,9 @@ func TestCopyFromKine(t *testing.T) {
 		t.Fatalf("kine's compact_rev_key after two apiserver compactions: %v, want version 2", crk)
 	}
 
-	for _, target := range []struct {
-		name string
-		// args are kite copy's target flags; serve are kite's storage flags.
-		args func(t *testing.T) (args, serve []string, dir string)
-	}{
-		{"sqlite", func(t *testing.T) ([]string, []string, string) {
-			dir := filepath.Join(t.TempDir(), "kite")
-			return []string{"--to", "sqlite://" + filepath.Join(dir, "kite.db")}, nil, dir
-		}},
-		{"postgres", func(t *testing.T) ([]string, []string, string) {
-			pg := pgtest.NewDatabase(t)
-			return []string{"--to", pg, "--page-size", "97"}, []string{"--datastore-endpoint", pg}, t.TempDir()
-		}},
-	} {
-		t.Run(target.name, func(t *testing.T) {
-			args, serve, dir := target.args(t)
+	for _, name := range targets {
+		t.Run(name, func(t *testing.T) {
+			args, serve, dir := kiteTarget(t, name)
 			out := kiteCopy(t, ctx, append([]string{"--from", k.Endpoint}, args...)...)
 			if !strings.Contains(out, fmt.Sprintf("%d keys at revision %d", len(want.Kvs), r)) {
 				t.Errorf("copy output does not report %d keys at revision %d:\n%s", len(want.Kvs), r, out)
@@ -414,7 +487,7 @@ func TestCopyFromKine(t *testing.T) {
 	}
 
 	// The copies only read kine: it is where it was.
-	if again, rev := kineKeys(t, ctx, k); rev != r || !cmp.Equal(again, want, protocmp.Transform()) {
+	if again, rev := kineKeys(t, ctx, k, bytewise); rev != r || !cmp.Equal(again, want, protocmp.Transform()) {
 		t.Errorf("kine changed during the copies: revision %d, was %d", rev, r)
 	}
 }

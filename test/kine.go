@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -57,19 +58,25 @@ func findKine() (string, error) {
 }
 
 // kineProcess is kine serving etcd clients on a loopback port, on its
-// default SQLite database (db/state.db under its working directory).
+// default SQLite database (db/state.db under its working directory) or on
+// the datastore endpoint it was started with.
 type kineProcess struct {
 	*server
 	dir string
-	log *syncBuffer
+	// endpoint is kine's KINE_ENDPOINT; "" is its default SQLite.
+	endpoint string
+	log      *syncBuffer
 }
 
 // startKine starts kine in a new temporary directory and waits until it
-// answers reads.
-func startKine(t testing.TB) *kineProcess {
+// answers reads. endpoint is the datastore kine serves, in kine's own
+// form (mysql://user@tcp(host:port)/db, postgres://...); "" is its default
+// SQLite. A database of mysqltest.NewDatabase is already in kine's MySQL
+// form: both take go-sql-driver's DSN behind mysql://.
+func startKine(t testing.TB, endpoint string) *kineProcess {
 	t.Helper()
 	bin := kineBin(t)
-	k := &kineProcess{server: &server{name: "kine"}, dir: t.TempDir(), log: &syncBuffer{}}
+	k := &kineProcess{server: &server{name: "kine"}, dir: t.TempDir(), endpoint: endpoint, log: &syncBuffer{}}
 	var err error
 	for range 3 {
 		if err = k.start(t, bin); err == nil {
@@ -84,11 +91,13 @@ func (k *kineProcess) start(t testing.TB, bin string) error {
 	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	// --metrics-bind-address 0: kine's metrics would listen on every
 	// interface's port 8080. Its compactor is off by default (v0.17.5):
-	// only the Compact calls the test makes compact it.
+	// only the Compact calls the test makes compact it. The endpoint goes
+	// in the environment, always set, so the caller's KINE_ENDPOINT never
+	// chooses kine's database, and a password stays out of ps.
 	p, err := testenv.Start(testenv.Command{
 		Argv: []string{bin, "--listen-address", addr, "--metrics-bind-address", "0"},
 		Dir:  k.dir,
-		Env:  []string{"KINE_ENDPOINT="}, // its default SQLite, whatever the caller's environment says
+		Env:  []string{"KINE_ENDPOINT=" + k.endpoint},
 		Out:  k.log,
 	})
 	if err != nil {
@@ -109,9 +118,15 @@ func (k *kineProcess) start(t testing.TB, bin string) error {
 		stop()
 		return fmt.Errorf("kine on %s: %w", addr, err)
 	}
-	if _, err := os.Stat(filepath.Join(k.dir, "db", "state.db")); err != nil {
+	// A kine on the wrong database would still answer, and the test would
+	// copy from a source it did not mean: the default SQLite is a file
+	// that must exist, and must not on any other endpoint.
+	if _, err := os.Stat(filepath.Join(k.dir, "db", "state.db")); k.endpoint == "" && err != nil {
 		stop()
 		return fmt.Errorf("kine is not on its default SQLite database: %w", err)
+	} else if k.endpoint != "" && err == nil {
+		stop()
+		return errors.New("kine made its default SQLite database: it is not on the endpoint it was given")
 	}
 	t.Cleanup(func() {
 		stop()

@@ -29,7 +29,7 @@ verifies the result (count and sha256 of every key at the copied revision,
 read back from the target) before reporting success.
 
 SRC is one of:
-  sqlite://PATH, --from-data-dir DIR (DIR/kite.db), postgres://...
+  sqlite://PATH, --from-data-dir DIR (DIR/kite.db), postgres://..., mysql://...
       a kite storage: the whole revision log is copied from one consistent
       snapshot, every revision, the compacted revision, leases and alarms
       preserved.
@@ -43,7 +43,7 @@ SRC is one of:
       target starts at revision R, compacted at R (older history reads as
       compacted). Leases keep their IDs and granted TTLs.
 DST is sqlite://PATH, --to-data-dir DIR (DIR/kite.db, as 'kite --data-dir
-DIR' opens it) or postgres://...
+DIR' opens it), postgres://... or mysql://user:pass@tcp(host:3306)/db
 
 The copy is of one consistent revision: stop the writers of the source
 (kube-apiserver, k3s) first, or later writes are not in the copy. No kite
@@ -58,14 +58,14 @@ flags:`
 
 // copyConfig is what `kite copy` was asked to do.
 type copyConfig struct {
-	// from is a datastore endpoint (sqlite://, postgres://) when fromEtcd
+	// from is a datastore endpoint (sqlite://, postgres://, mysql://) when fromEtcd
 	// is empty; otherwise fromEtcd lists the client URLs of a running
 	// etcd-compatible server. With fromSnapshot, a snapshot file, from is
 	// set only when the copy runs (a temporary SQLite holding its database).
 	from         string
 	fromEtcd     []string
 	fromSnapshot string
-	to           string // datastore endpoint (sqlite:// or postgres://)
+	to           string // datastore endpoint (sqlite://, postgres:// or mysql://)
 	// toDataDir is set when the target was given as --to-data-dir: the
 	// directory is locked as kite locks it, so a kite serving it is noticed.
 	toDataDir string
@@ -129,10 +129,10 @@ func parseCopyFlags(args []string, out io.Writer) (copyConfig, error) {
 		fmt.Fprintln(out, copyUsage)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&from, "from", "", "source: sqlite://PATH, postgres://..., or etcd client `URLs` (http://, https://, unix://)")
+	fs.StringVar(&from, "from", "", "source: sqlite://PATH, postgres://..., mysql://..., or etcd client `URLs` (http://, https://, unix://)")
 	fs.StringVar(&fromDir, "from-data-dir", "", "source: the SQLite database of a kite data `dir` (DIR/kite.db)")
 	fs.StringVar(&fromSnapshot, "from-snapshot", "", "source: a snapshot `file` of kite or etcd (etcdctl snapshot save)")
-	fs.StringVar(&to, "to", "", "target: sqlite://PATH or postgres://...")
+	fs.StringVar(&to, "to", "", "target: sqlite://PATH, postgres://... or mysql://...")
 	fs.StringVar(&toDir, "to-data-dir", "", "target: the SQLite database of a kite data `dir` (DIR/kite.db), created 0700")
 	fs.BoolVar(&cfg.force, "force", false, "replace the contents of a non-empty target (emptied in the copy's own transaction)")
 	fs.StringVar(&cacert, "cacert", "", "verify the source server's certificate with this CA bundle (etcdctl's --cacert)")
@@ -192,7 +192,7 @@ func parseCopyFlags(args []string, out io.Writer) (copyConfig, error) {
 		cfg.to, cfg.toDataDir = "sqlite://"+datastore.SQLitePath("", toDir), toDir
 	} else {
 		if isEtcdEndpoint(to) {
-			return copyConfig{}, fmt.Errorf("--to %s: the target must be a kite storage (sqlite://PATH, postgres://... or --to-data-dir DIR), not a server", datastore.Redact(to))
+			return copyConfig{}, fmt.Errorf("--to %s: the target must be a kite storage (sqlite://PATH, postgres://..., mysql://... or --to-data-dir DIR), not a server", datastore.Redact(to))
 		}
 		if err := checkStoreEndpoint(to); err != nil {
 			return copyConfig{}, fmt.Errorf("--to: %w", err)
@@ -244,9 +244,10 @@ func isEtcdEndpoint(s string) bool {
 	return false
 }
 
-// checkStoreEndpoint accepts sqlite://PATH and postgres:// endpoints. An
-// empty sqlite path would mean "kite.db in the data dir" to kite, which
-// here is ambiguous: --from-data-dir and --to-data-dir say it explicitly.
+// checkStoreEndpoint accepts sqlite://PATH, postgres:// and mysql://
+// endpoints. An empty sqlite path would mean "kite.db in the data dir" to
+// kite, which here is ambiguous: --from-data-dir and --to-data-dir say it
+// explicitly.
 func checkStoreEndpoint(ep string) error {
 	kind, err := datastore.Kind(ep)
 	if err != nil {

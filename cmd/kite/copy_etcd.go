@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kite-db/kite/pkg/mvcc"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.uber.org/zap"
 )
@@ -89,6 +91,9 @@ func copyFromEtcd(ctx context.Context, cfg copyConfig, dst mvcc.Backend, p *prog
 				// as kube-apiserver reads a paginated list.
 				c.current, total = resp.Header.Revision, resp.Count
 				p.setTotal(total, "keys")
+			}
+			if kine {
+				sortKeys(resp.Kvs)
 			}
 			for _, kv := range resp.Kvs {
 				if kine && string(kv.Key) == "compact_rev_key" && kv.Version == 0 {
@@ -213,6 +218,16 @@ func copyLeases(ctx context.Context, cli *clientv3.Client, timeout time.Duration
 		out = append(out, l)
 	}
 	return out, nil
+}
+
+// sortKeys puts a whole-key-space answer of kine in etcd's order, bytewise
+// by key. kine on MySQL answers in its name column's collation
+// (ascii_general_ci: capitals equal to small letters, so '_' after every
+// letter), and the copy's sum, compared with the target read back in byte
+// order, is taken in the order the keys come. kine answers its whole key
+// space in one response, so sorting that response sorts the copy.
+func sortKeys(kvs []*mvccpb.KeyValue) {
+	slices.SortStableFunc(kvs, func(a, b *mvccpb.KeyValue) int { return bytes.Compare(a.Key, b.Key) })
 }
 
 // isKineUnsupported tells kine's answer to LeaseLeases.
