@@ -122,117 +122,20 @@ func TestDiskFullSQLite(t *testing.T) {
 // kite sees: a table that cannot grow fails the transaction with disk_full
 // (53100), which kite answers as the disk-full error; a WAL segment that
 // cannot be made is a PANIC, Postgres restarts, and if it cannot even
-// finish recovery it stops, which kite answers as unavailable. Either way
-// nothing acknowledged is lost, no failed write is applied, and once space
-// is freed (and a Postgres that stopped is started, as an operator would)
-// the same kite server writes again, its watchers continue without a gap,
-// and a SIGKILL and restart after that loses nothing.
+// finish recovery it stops, which kite answers as unavailable. What must
+// hold either way is testDiskFullDatabase's.
 func TestDiskFullPostgres(t *testing.T) {
 	if againstEtcd {
 		t.Skip("the database is Postgres")
 	}
 	disk := newSmallDisk(t, 64)
 	pg := pgtest.NewClusterIn(t, disk.Dir)
-	k := startKiteIn(t, t.TempDir(), "--datastore-endpoint", pg.URL())
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	const prefix = "/diskfull/"
-	wc := k.Client.Watch(ctx, prefix, clientv3.WithPrefix())
-	first, err := k.Client.Put(ctx, prefix+"first", "x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	disk.fill(t, 2<<20)
-
-	// Incompressible: Postgres would store a repeated byte in a few bytes.
-	rng := rand.New(rand.NewPCG(1, 2))
-	random := func() string {
-		b := make([]byte, 4096)
-		for i := range b {
-			b[i] = byte('a' + rng.IntN(26))
-		}
-		return string(b)
-	}
-	var acked []ack
-	var full error
-	for i := 0; full == nil; i++ {
-		if i > 10000 {
-			t.Fatalf("%d writes of 4 KiB fit on a disk with 2 MiB free", i)
-		}
-		key, value := fmt.Sprintf("%sk%05d", prefix, i), random()
-		pctx, pcancel := context.WithTimeout(ctx, 20*time.Second)
-		resp, err := k.Client.Put(pctx, key, value)
-		pcancel()
-		if err != nil {
-			full = err
-			break
-		}
-		acked = append(acked, ack{key, value, resp.Header.Revision})
-	}
-	diskFull := strings.Contains(full.Error(), "disk full")
-	if !diskFull && status.Code(full) != codes.Unavailable {
-		t.Fatalf("a write on a full disk failed with %v; want the disk-full error, or unavailable if Postgres stopped", full)
-	}
-	t.Logf("%d writes acknowledged before the disk filled; then %v (Postgres running: %v)", len(acked), full, pg.Running(t))
-	if diskFull {
-		// Postgres still runs: reads work and every write fails alike.
-		rev := mustRev(t, k)
-		for range 3 {
-			if _, err := k.Client.Put(ctx, prefix+"more", random()); err == nil {
-				t.Fatal("a write succeeded on the full disk")
-			}
-		}
-		if got := mustRev(t, k); got != rev {
-			t.Fatalf("failed writes moved the revision from %d to %d", rev, got)
-		}
-		checkAcks(ctx, t, k, acked)
-	}
-
-	disk.release(t)
-	if !pg.Running(t) {
-		pg.Start(t)
-	}
-	var after int64
-	waitUntil(t, 60*time.Second, "a write after space was freed", func() bool {
-		pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
-		defer pcancel()
-		resp, err := k.Client.Put(pctx, prefix+"after", "x")
-		if err == nil {
-			after = resp.Header.Revision
-		}
-		return err == nil
+	testDiskFullDatabase(t, disk, diskFullDB{
+		name:     "Postgres",
+		endpoint: pg.URL(),
+		running:  func() bool { return pg.Running(t) },
+		start:    func(t *testing.T) { pg.Start(t) },
 	})
-	checkAcks(ctx, t, k, acked)
-	// The watcher saw every acknowledged write once, in order, and then
-	// the write after the heal: no gap across the full disk or a Postgres
-	// restart.
-	want := append([]ack{{prefix + "first", "x", first.Header.Revision}}, acked...)
-	var got []ack
-	for len(got) == 0 || got[len(got)-1].rev < after {
-		select {
-		case resp := <-wc:
-			if err := resp.Err(); err != nil {
-				t.Fatalf("watch ended: %v", err)
-			}
-			for _, ev := range resp.Events {
-				got = append(got, ack{string(ev.Kv.Key), string(ev.Kv.Value), ev.Kv.ModRevision})
-			}
-		case <-ctx.Done():
-			t.Fatalf("watch delivered %d events, not up to revision %d", len(got), after)
-		}
-	}
-	if len(got) != len(want)+1 {
-		t.Fatalf("watch delivered %d events, want %d acknowledged and the one after", len(got), len(want)+1)
-	}
-	for i, w := range want {
-		if got[i] != w {
-			t.Fatalf("watch event %d: %s at %d, want %s at %d", i, got[i].key, got[i].rev, w.key, w.rev)
-		}
-	}
-
-	k.Kill()
-	k.Restart()
-	checkAcks(ctx, t, k, acked)
 }
 
 // TestDiskFullRaftSQLFollower: a raftsql follower whose data directory
@@ -314,11 +217,8 @@ func TestDiskFullRaftSQLFollower(t *testing.T) {
 // preallocated file that is overwritten in place, so what runs out is a
 // tablespace that cannot grow, and the transaction fails with error 1114
 // ("the table is full"), which kite answers as the disk-full error; should
-// mariadbd stop instead, kite answers unavailable. Either way nothing
-// acknowledged is lost, no failed write is applied, and once space is
-// freed (and a mariadbd that stopped is started, as an operator would)
-// the same kite server writes again, its watchers continue without a gap,
-// and a SIGKILL and restart after that loses nothing.
+// mariadbd stop instead, kite answers unavailable. What must hold
+// either way is testDiskFullDatabase's.
 func TestDiskFullMySQL(t *testing.T) {
 	if againstEtcd {
 		t.Skip("the database is MariaDB")
@@ -326,7 +226,38 @@ func TestDiskFullMySQL(t *testing.T) {
 	disk := newSmallDisk(t, 64)
 	db := mysqltest.NewServer(t, disk.Dir)
 	t.Logf("%d MiB free on the disk with mariadbd's datadir", disk.free(t)>>20)
-	k := startKiteIn(t, t.TempDir(), "--datastore-endpoint", db.DSN("kite"))
+	testDiskFullDatabase(t, disk, diskFullDB{
+		name:     "mariadbd",
+		endpoint: db.DSN("kite"),
+		running:  db.Running,
+		start:    func(t *testing.T) { db.Start(t) },
+		logTail:  func() string { return db.LogTail(20) },
+		strict:   true,
+	})
+}
+
+// diskFullDB is a database server of the test's own whose data directory
+// is on a small disk.
+type diskFullDB struct {
+	name     string // in messages: "Postgres", "mariadbd"
+	endpoint string // kite's --datastore-endpoint
+	running  func() bool
+	start    func(t *testing.T)
+	logTail  func() string // nil: the server keeps no log of its own to show
+	// strict: every write on the full disk fails with the disk-full error
+	// while the server runs (Postgres may answer a later one otherwise,
+	// after a PANIC and a restart).
+	strict bool
+}
+
+// testDiskFullDatabase is TestDiskFullPostgres and TestDiskFullMySQL: a
+// kite server on db writes 4 KiB values until the disk is full; nothing
+// acknowledged is lost, no failed write is applied, and once space is
+// freed (and a server that stopped is started, as an operator would) the
+// same kite server writes again, its watcher continues without a gap, and
+// a SIGKILL and restart after that loses nothing.
+func testDiskFullDatabase(t *testing.T, disk *smallDisk, db diskFullDB) {
+	k := startKiteIn(t, t.TempDir(), "--datastore-endpoint", db.endpoint)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	const prefix = "/diskfull/"
@@ -337,6 +268,7 @@ func TestDiskFullMySQL(t *testing.T) {
 	}
 	disk.fill(t, 2<<20)
 
+	// Incompressible: a database would store a repeated byte in a few bytes.
 	rng := rand.New(rand.NewPCG(1, 2))
 	random := func() string {
 		b := make([]byte, 4096)
@@ -363,16 +295,16 @@ func TestDiskFullMySQL(t *testing.T) {
 	}
 	diskFull := strings.Contains(full.Error(), "disk full")
 	if !diskFull && status.Code(full) != codes.Unavailable {
-		t.Fatalf("a write on a full disk failed with %v; want the disk-full error, or unavailable if mariadbd stopped", full)
+		t.Fatalf("a write on a full disk failed with %v; want the disk-full error, or unavailable if %s stopped", full, db.name)
 	}
-	t.Logf("%d writes acknowledged before the disk filled; then %v (mariadbd running: %v)", len(acked), full, db.Running())
+	t.Logf("%d writes acknowledged before the disk filled; then %v (%s running: %v)", len(acked), full, db.name, db.running())
 	if diskFull {
-		// mariadbd still runs: reads work and every write fails alike.
+		// The server still runs: reads work and every write fails alike.
 		rev := mustRev(t, k)
 		for range 3 {
 			if _, err := k.Client.Put(ctx, prefix+"more", random()); err == nil {
 				t.Fatal("a write succeeded on the full disk")
-			} else if !strings.Contains(err.Error(), "disk full") {
+			} else if db.strict && !strings.Contains(err.Error(), "disk full") {
 				t.Errorf("a write on the full disk failed with %v; want the disk-full error", err)
 			}
 		}
@@ -383,9 +315,11 @@ func TestDiskFullMySQL(t *testing.T) {
 	}
 
 	disk.release(t)
-	if !db.Running() {
-		t.Logf("mariadbd stopped on the full disk; its log ends:\n%s", db.LogTail(20))
-		db.Start(t)
+	if !db.running() {
+		if db.logTail != nil {
+			t.Logf("%s stopped on the full disk; its log ends:\n%s", db.name, db.logTail())
+		}
+		db.start(t)
 	}
 	var after int64
 	waitUntil(t, 60*time.Second, "a write after space was freed", func() bool {
@@ -399,7 +333,8 @@ func TestDiskFullMySQL(t *testing.T) {
 	})
 	checkAcks(ctx, t, k, acked)
 	// The watcher saw every acknowledged write once, in order, and then
-	// the write after the heal: no gap across the full disk.
+	// the write after the heal: no gap across the full disk or a restart
+	// of the database server.
 	want := append([]ack{{prefix + "first", "x", first.Header.Revision}}, acked...)
 	var got []ack
 	for len(got) == 0 || got[len(got)-1].rev < after {
