@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,21 +15,53 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/kite-db/kite/internal/testenv"
+	"github.com/kite-db/kite/pkg/drivers/mysql/mysqltest"
 	"github.com/kite-db/kite/pkg/drivers/postgres/pgtest"
 )
 
 // TestFailoverLostHistoryEndToEnd is what a client of two kite servers sees
-// when an asynchronous standby that lagged is promoted: the database now
-// ends before revisions both servers had acknowledged and sent to watchers.
-// Every server must stop serving it rather than number those revisions
-// again: writes and reads fail with etcd's CORRUPT error, watch streams end
-// with it (a kube-apiserver watch cache must not wait on as if its history
-// were the storage's), /readyz fails, and `etcdctl alarm list` names the
-// CORRUPT alarm. pkg/drivers/postgres's failover tests cover the storage
-// side; this one covers what crosses the gRPC and HTTP boundary.
+// when an asynchronous standby (Postgres) or replica (MySQL) that lagged is
+// promoted: the database now ends before revisions both servers had
+// acknowledged and sent to watchers. Every server must stop serving it
+// rather than number those revisions again: writes and reads fail with
+// etcd's CORRUPT error, watch streams end with it (a kube-apiserver watch
+// cache must not wait on as if its history were the storage's), /readyz
+// fails, and `etcdctl alarm list` names the CORRUPT alarm. The drivers'
+// own tests cover the storage side (pkg/drivers/postgres's failover tests,
+// pkg/drivers/mysql's TestHistoryLost); this one covers what crosses the
+// gRPC and HTTP boundary.
 func TestFailoverLostHistoryEndToEnd(t *testing.T) {
-	pair := pgtest.NewPair(t, false)
-	dsn := pair.URL()
+	t.Run("postgres", func(t *testing.T) {
+		pair := pgtest.NewPair(t, false)
+		lostHistoryEndToEnd(t, pair.URL(), func() {
+			pair.Standby.Stop(t, "immediate")
+		}, func() {
+			pair.Primary.Stop(t, "immediate")
+			pair.Standby.Start(t)
+			pair.Standby.Promote(t)
+		})
+	})
+	t.Run("mysql", func(t *testing.T) {
+		// kite's DSN names the forwarder, as it would name a virtual IP
+		// in front of the primary.
+		pair := mysqltest.NewPair(t)
+		fw := newForwarder(t, pair.Primary().Addr())
+		dsn := "mysql://root@tcp(" + fw.Addr() + ")/kite"
+		lostHistoryEndToEnd(t, dsn, func() {
+			pair.PauseReplication(t)
+		}, func() {
+			pair.Promote(t)
+			fw.moveTo(pair.Replica().Addr())
+		})
+	})
+}
+
+// lostHistoryEndToEnd runs two kite servers on dsn with a writer each,
+// lags the replica (lag: it stops receiving while the primary goes on
+// acknowledging), fails over to it (failover: the primary dies and the
+// replica is promoted behind dsn), and checks what the clients see.
+func lostHistoryEndToEnd(t *testing.T, dsn string, lag, failover func()) {
 	ks := []*kiteProcess{
 		startKiteIn(t, t.TempDir(), "--datastore-endpoint", dsn),
 		startKiteIn(t, t.TempDir(), "--datastore-endpoint", dsn),
@@ -82,14 +115,12 @@ func TestFailoverLostHistoryEndToEnd(t *testing.T) {
 	defer halt()
 	waitUntil(t, 30*time.Second, "writes through both servers", func() bool { return acked.Load() > 50 })
 
-	// The standby stops receiving while the primary goes on acknowledging,
-	// then the primary dies and the lagging standby is promoted.
-	pair.Standby.Stop(t, "immediate")
+	// The replica stops receiving while the primary goes on acknowledging,
+	// then the primary dies and the lagging replica is promoted.
+	lag()
 	before := acked.Load()
-	waitUntil(t, 30*time.Second, "writes the standby never got", func() bool { return acked.Load() > before+100 })
-	pair.Primary.Stop(t, "immediate")
-	pair.Standby.Start(t)
-	pair.Standby.Promote(t)
+	waitUntil(t, 30*time.Second, "writes the replica never got", func() bool { return acked.Load() > before+100 })
+	failover()
 
 	for i := range ks {
 		waitUntil(t, 30*time.Second, fmt.Sprintf("server %d refusing writes with CORRUPT", i), func() bool {
@@ -122,6 +153,42 @@ func TestFailoverLostHistoryEndToEnd(t *testing.T) {
 			t.Errorf("server %d: etcdctl alarm list: %q, %v; want the CORRUPT alarm", i, out, err)
 		}
 	}
+
+	// A server started now has no memory of what was served: only the
+	// database's record of where kite's writes went can refuse it.
+	lateServerRefuses(t, dsn)
+
+	// The operator accepts the loss and restarts every server: they serve
+	// the database as it is.
+	out, err := kiteCmd(ctx, "datastore", "accept-history", "--datastore-endpoint", dsn)
+	if err != nil || !strings.Contains(out, "accepted: ") {
+		t.Fatalf("kite datastore accept-history: %v\n%s", err, out)
+	}
+	t.Logf("accept-history: %s", strings.TrimSpace(out))
+	for i, k := range ks {
+		k.Kill()
+		k.Restart()
+		if _, err := k.Client.Put(ctx, fmt.Sprintf("%saccepted-%d", prefix, i), "v"); err != nil {
+			t.Errorf("server %d after accept-history and a restart: %v", i, err)
+		}
+	}
+}
+
+// lateServerRefuses starts a kite server on dsn with a fresh data dir and
+// waits until it logs that it refuses the database.
+func lateServerRefuses(t *testing.T, dsn string) {
+	t.Helper()
+	ep := "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+	log := &syncBuffer{}
+	p, err := testenv.Start(testenv.Command{Argv: []string{kiteBin, "--name", "late", "--data-dir", t.TempDir(),
+		"--listen-client-urls", ep, "--advertise-client-urls", ep, "--log-level", "warn", "--datastore-endpoint", dsn}, Out: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Kill()
+	waitUntil(t, 30*time.Second, "a server started after the failover refusing the database", func() bool {
+		return strings.Contains(log.Tail(1<<20), "refusing the database")
+	})
 }
 
 // watchEnd drains a watch channel until it closes and returns the error of

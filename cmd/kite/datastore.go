@@ -4,7 +4,7 @@ package main
 // shared storage that no running server does by itself, one file each.
 func runDatastore(args []string) int {
 	if len(args) == 0 {
-		return fatalf("datastore: want a command: accept-history --datastore-endpoint postgres://...")
+		return fatalf("datastore: want a command: accept-history --datastore-endpoint postgres://... or mysql://...")
 	}
 	switch args[0] {
 	case "accept-history":

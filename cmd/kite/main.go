@@ -3,7 +3,7 @@
 //	kite [flags]        serve (see kite --help)
 //	kite snapshot ...   save a snapshot from a server, restore one into a data dir
 //	kite copy ...       copy a cluster between storages (sqlite, postgres, an etcd endpoint)
-//	kite datastore ...  accept-history: serve a Postgres database that lost acknowledged revisions
+//	kite datastore ...  accept-history: serve a Postgres or MySQL database that lost acknowledged revisions
 //	kite version        print versions
 package main
 

@@ -94,6 +94,9 @@ type Backend struct {
 	sizeView atomic.Int32
 	// galera is set on a node of a Galera cluster (causalReads).
 	galera bool
+	// lost, once set, is the error everything is refused with: the
+	// database's history is behind what kite served (failover.go).
+	lost atomic.Pointer[error]
 
 	// packet bounds a statement, from the server's max_allowed_packet
 	// (write.go splits writes to fit).

@@ -2,7 +2,7 @@
 // database, in InnoDB tables. Its SQL is written for MySQL 8.0 and later
 // and MariaDB 10.6 and later; its tests have run on MariaDB 10.11 only.
 // Several kite servers may share one database, as in Postgres mode; see
-// "Several servers" and "Not yet" below.
+// "Several servers", "History" and "Not yet" below.
 //
 // # One writer at a time, in revision order
 //
@@ -115,11 +115,18 @@
 // and applied again by the Store, and write transactions are guarded so
 // that nothing of one rolled back under kite commits (galera.go).
 //
+// # History: a revision number is never handed out twice
+//
+// After a failover to an asynchronous replica that lacked acknowledged
+// commits, every write batch's record of the server it went to
+// (server_id, and whether that was a Galera node) no longer matches the
+// server serving the database; every read and write compares them in the
+// statement that reads the revisions, and the Backend refuses the database
+// with mvcc.ErrHistoryLost until `kite datastore accept-history`
+// (AcceptHistory). failover.go says what it cannot see.
+//
 // # Not yet
 //
-// A history check after a failover to a replica that lacked acknowledged
-// commits (Postgres mode compares timelines; here it would compare GTIDs
-// or server_uuid). On Galera the schema migration's GET_LOCK holds per
-// node (its steps are idempotent, and a migration that loses
-// certification runs again).
+// On Galera the schema migration's GET_LOCK holds per node (its steps
+// are idempotent, and a migration that loses certification runs again).
 package mysql

@@ -24,6 +24,9 @@ type pending struct {
 
 	revisions          bool
 	current, compacted int64
+	// synced is recorded with the revisions: the server is a Galera node
+	// (failover.go).
+	synced bool
 
 	size int // a bound on the bytes the rows take in a statement
 }
@@ -113,8 +116,8 @@ func (p *pending) statement(sql string, args ...any) {
 	p.size += s.size
 }
 
-func (p *pending) setRevisions(current, compacted int64) {
-	p.revisions, p.current, p.compacted = true, current, compacted
+func (p *pending) setRevisions(current, compacted int64, synced bool) {
+	p.revisions, p.current, p.compacted, p.synced = true, current, compacted, synced
 }
 
 // batches returns the pending writes as multi-statement batches, each
@@ -179,7 +182,7 @@ func (p *pending) batches(packet int) []statement {
 	}
 	stmts = append(stmts, p.stmts...)
 	if p.revisions {
-		stmts = append(stmts, statement{sql: sqlSetRevisions, args: []any{p.current, p.compacted},
+		stmts = append(stmts, statement{sql: sqlSetRevisions, args: []any{p.current, p.compacted, p.synced},
 			size: len(sqlSetRevisions) + 48})
 	}
 	return joinStatements(stmts, budget)

@@ -28,7 +28,7 @@ func TestPendingBatches(t *testing.T) {
 	p.setLease(7, 10, false)
 	p.setLease(7, 0, true)
 	p.statement(sqlPutAlarm, int64(1), int32(1))
-	p.setRevisions(101, 0)
+	p.setRevisions(101, 0, false)
 
 	batches := p.batches(packet)
 	var sqls []string

@@ -64,7 +64,12 @@ func (w *writeTx) lockAndPrefetch(ctx context.Context, keys [][]byte) (err error
 	if !rows.Next() {
 		return errors.Join(errors.New("no revision row"), rows.Err())
 	}
-	if err := rows.Scan(&w.current, &w.compacted); err != nil {
+	var h History
+	if err := rows.Scan(append([]any{&w.current, &w.compacted}, h.scanTargets()...)...); err != nil {
+		return err
+	}
+	h.Rev = w.current
+	if err := w.b.checkHistory(h); err != nil {
 		return err
 	}
 	if len(args) == 0 {

@@ -7,9 +7,11 @@ import "strings"
 // statement is one round trip and none is prepared.
 
 const (
-	sqlRevisions     = `SELECT current_rev, compacted_rev FROM kite_revision WHERE id = 1`
+	// The revisions come with the record of the server the last write
+	// went to, and the server of now (failover.go).
+	sqlRevisions     = `SELECT current_rev, compacted_rev, ` + sqlRevisionRecord + ` FROM kite_revision WHERE id = 1`
 	sqlLockRevisions = sqlRevisions + ` FOR UPDATE`
-	sqlSetRevisions  = `UPDATE kite_revision SET current_rev = ?, compacted_rev = ? WHERE id = 1`
+	sqlSetRevisions  = `UPDATE kite_revision SET current_rev = ?, compacted_rev = ?, writer = @@server_id, synced = ? WHERE id = 1`
 
 	// The isolation level is named for each transaction (SET TRANSACTION
 	// applies to the next one only), so a session default set by the DSN,
@@ -21,7 +23,7 @@ const (
 	sqlGet = `SELECT k, create_rev, mod_rev, version, lease, value FROM kite_live WHERE k = ?`
 	// One statement is one snapshot under autocommit: the revisions
 	// always come back, the row's columns are NULL (0) for a missing key.
-	sqlGetLatest = `SELECT r.current_rev, r.compacted_rev, l.k, COALESCE(l.create_rev, 0),
+	sqlGetLatest = `SELECT r.current_rev, r.compacted_rev, r.writer, r.synced, @@server_id, l.k, COALESCE(l.create_rev, 0),
 		COALESCE(l.mod_rev, 0), COALESCE(l.version, 0), COALESCE(l.lease, 0), l.value
 		FROM kite_revision AS r LEFT JOIN kite_live AS l ON l.k = ? WHERE r.id = 1`
 

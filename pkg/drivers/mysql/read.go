@@ -111,14 +111,23 @@ func (b *Backend) GetLatest(ctx context.Context, key []byte) (*mvccpb.KeyValue, 
 	if b.closed.Load() {
 		return nil, 0, 0, mvcc.ErrClosed
 	}
+	if err := b.historyLost(); err != nil {
+		return nil, 0, 0, err
+	}
 	var (
 		current, compacted int64
 		kv                 mvccpb.KeyValue
+		h                  History
 	)
 	err := b.db.QueryRowContext(ctx, sqlGetLatest, nonNil(key)).Scan(&current, &compacted,
+		&h.Recorded, &h.Synced, &h.Current,
 		&kv.Key, &kv.CreateRevision, &kv.ModRevision, &kv.Version, &kv.Lease, &kv.Value)
 	if err != nil {
 		return nil, 0, 0, classify(fmt.Errorf("get latest: %w", err))
+	}
+	h.Rev = current
+	if err := b.checkHistory(h); err != nil {
+		return nil, 0, 0, err
 	}
 	if kv.ModRevision == 0 { // no live row: the key does not exist
 		return nil, current, compacted, nil

@@ -135,6 +135,10 @@ func migrations() [][]string {
 			id    TINYINT     NOT NULL PRIMARY KEY CHECK (id = 1),
 			token VARBINARY(64) NOT NULL
 		)` + table,
+	}, {
+		// The server the last write went to (failover.go); NULL until a
+		// write records it. A rerun's duplicate column is taken as done.
+		`ALTER TABLE kite_revision ADD COLUMN writer BIGINT NULL, ADD COLUMN synced BOOLEAN NOT NULL DEFAULT FALSE`,
 	}}
 }
 

@@ -58,12 +58,21 @@ func (b *Backend) BeginRead(ctx context.Context) (mvcc.ReadTx, error) {
 	if b.closed.Load() {
 		return nil, mvcc.ErrClosed
 	}
+	if err := b.historyLost(); err != nil {
+		return nil, err
+	}
 	conn, err := b.db.Conn(ctx)
 	if err != nil {
 		return nil, classify(fmt.Errorf("begin read: connect: %w", err))
 	}
 	t := &readTx{reader: reader{conn: conn, q: b.q, packet: b.packet}}
-	if err := queryRowAfter(ctx, conn, sqlBeginRead, nil, sqlRevisions, nil, &t.current, &t.compacted); err != nil {
+	var h History
+	err = queryRowAfter(ctx, conn, sqlBeginRead, nil, sqlRevisions, nil, append([]any{&t.current, &t.compacted}, h.scanTargets()...)...)
+	if err == nil {
+		h.Rev = t.current
+		err = b.checkHistory(h)
+	}
+	if err != nil {
 		return nil, classify(errors.Join(fmt.Errorf("begin read: %w", err), endTx(conn)))
 	}
 	t.latest = t.current

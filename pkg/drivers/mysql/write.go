@@ -62,6 +62,9 @@ func (b *Backend) BeginWrite(ctx context.Context) (mvcc.WriteTx, error) {
 // beginWrite begins a write transaction, prefetching keys (prefetch.go) in
 // the same round trip.
 func (b *Backend) beginWrite(ctx context.Context, keys [][]byte) (mvcc.WriteTx, error) {
+	if err := b.historyLost(); err != nil {
+		return nil, err
+	}
 	if err := b.lockWriter(ctx); err != nil {
 		return nil, fmt.Errorf("begin write: %w", err)
 	}
@@ -75,7 +78,13 @@ func (b *Backend) beginWrite(ctx context.Context, keys [][]byte) (mvcc.WriteTx, 
 	if keys != nil {
 		err = w.lockAndPrefetch(ctx, keys)
 	} else {
-		err = queryRowAfter(ctx, conn, b.beginWriteSQL(), nil, sqlLockRevisions, nil, &w.current, &w.compacted)
+		var h History
+		err = queryRowAfter(ctx, conn, b.beginWriteSQL(), nil, sqlLockRevisions, nil,
+			append([]any{&w.current, &w.compacted}, h.scanTargets()...)...)
+		if err == nil {
+			h.Rev = w.current
+			err = b.checkHistory(h)
+		}
 	}
 	if err != nil {
 		err = classify(errors.Join(fmt.Errorf("begin write: lock revisions: %w", err), endTx(conn)))
@@ -256,7 +265,7 @@ func (w *writeTx) SetRevisions(ctx context.Context, current, compacted int64) er
 	if err := w.writable(ctx, "set revisions"); err != nil {
 		return err
 	}
-	w.pend.setRevisions(current, compacted)
+	w.pend.setRevisions(current, compacted, w.b.galera)
 	w.current, w.compacted = current, compacted
 	w.latest = max(w.latest, current)
 	return nil

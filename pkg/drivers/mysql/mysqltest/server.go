@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -50,6 +51,13 @@ type Server struct {
 // CI=true, where it fails.
 func NewServer(t testing.TB, dataParent string) *Server {
 	t.Helper()
+	return newServer(t, dataParent)
+}
+
+// newServer is NewServer with extra lines for its config (a replication
+// pair's server_id and binary log).
+func newServer(t testing.TB, dataParent string, extra ...string) *Server {
+	t.Helper()
 	mariadbd, installDB, missing := mariadbTools()
 	if len(missing) > 0 {
 		skipOrFail(t, "mysqltest: no private MariaDB server: missing "+strings.Join(missing, ", "))
@@ -74,7 +82,7 @@ func NewServer(t testing.TB, dataParent string) *Server {
 		args[i] = "--" + o
 	}
 	installDatadir(t, installDB, data, args...)
-	if err := s.p.writeConfig(smallFootprint...); err != nil {
+	if err := s.p.writeConfig(append(slices.Clone(smallFootprint), extra...)...); err != nil {
 		t.Fatalf("mysqltest: %v", err)
 	}
 	if os.Geteuid() == 0 {
