@@ -298,6 +298,9 @@ func (r copyResult) summary() string {
 // copyCluster opens the target, then the source, and copies. Progress and
 // warnings go to logw.
 func copyCluster(ctx context.Context, cfg copyConfig, logw io.Writer) (copyResult, error) {
+	// The progress ticker writes from its own goroutine while the copy
+	// logs; a caller's writer (a buffer in tests) need not be safe for that.
+	logw = &lockedWriter{w: logw}
 	start := time.Now()
 	res := copyResult{to: datastore.Redact(cfg.to)}
 	if cfg.fromEtcd != nil {

@@ -97,3 +97,15 @@ func (p *progress) stop() {
 		fmt.Fprintln(p.w, p.line())
 	}
 }
+
+// lockedWriter serialises writes from the progress goroutine and the copy.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}

@@ -156,10 +156,11 @@ func startWake(ctx context.Context, db *sql.DB, name, listen, advertise string, 
 	w.dialMissing(ctx)
 	w.mu.Lock()
 	w.started = true
+	peers := len(w.known) // read before maintain may replace it
 	w.mu.Unlock()
 	w.wg.Add(1)
 	go w.maintain()
-	log.Info("wake-ups", "server", w.name, "address", w.addr, "peers", len(w.known))
+	log.Info("wake-ups", "server", w.name, "address", w.addr, "peers", peers)
 	return w, nil
 }
 
