@@ -34,6 +34,13 @@ func TestGalera(t *testing.T) {
 	for i := range dbs {
 		dbs[i] = galeraDB(t, g, i)
 	}
+	// The CREATE TABLE replicates in total order but is applied on each
+	// node in its own time, and a write that reaches a node while it is
+	// still applying the DDL is aborted by it (error 1213, seen in CI):
+	// every node has applied it once a causal read of the table returns.
+	for i := range dbs {
+		syncedCount(t, dbs[i])
+	}
 
 	t.Run("WritesEverywhere", func(t *testing.T) {
 		for k := 1; k <= 20; k++ {
