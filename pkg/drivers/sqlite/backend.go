@@ -458,12 +458,7 @@ func (b *Backend) AppliedIndex(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	defer tx.Rollback()
-	r := tx.(*readTx)
-	var idx int64
-	if err := r.queryRow(ctx, true, qAppliedIndex, []any{&idx}); err != nil {
-		return 0, r.fail("read applied index", err)
-	}
-	return uint64(idx), nil
+	return tx.(*readTx).AppliedIndex(ctx)
 }
 
 // ObserveCommits replaces Options.ObserveCommit: a server that opened the

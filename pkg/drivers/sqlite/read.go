@@ -112,6 +112,18 @@ const shortRows = 4096
 
 func isShort(limit int64) bool { return limit > 0 && limit <= shortRows }
 
+// AppliedIndex returns the index SetAppliedIndex last recorded (0 if
+// none) as of this transaction's state, so that a caller keeping the
+// entries after it elsewhere (a raft log, memtail's tail) knows which of
+// them this state already holds.
+func (r *reader) AppliedIndex(ctx context.Context) (uint64, error) {
+	var idx int64
+	if err := r.queryRow(ctx, true, qAppliedIndex, []any{&idx}); err != nil {
+		return 0, r.fail("read applied index", err)
+	}
+	return uint64(idx), nil
+}
+
 // Revisions implements mvcc.ReadTx.
 func (r *reader) Revisions(ctx context.Context) (current, compacted int64, err error) {
 	if err := r.queryRow(ctx, true, qRevisions, []any{&current, &compacted}); err != nil {

@@ -66,10 +66,7 @@ func (w *writeTx) raise(rev int64) {
 // Put implements mvcc.WriteTx.
 func (w *writeTx) Put(ctx context.Context, kv *mvccpb.KeyValue, sub int64) error {
 	key, value := nonNil(kv.Key), nonNil(kv.Value)
-	id, err := rowID(kv.ModRevision, sub)
-	if err == nil {
-		err = checkChanges(kv.ModRevision, sub, w.b.opts.MaxChangesPerRevision)
-	}
+	id, err := w.b.changeID(kv.ModRevision, sub)
 	if err != nil {
 		return w.fail("put", err)
 	}
@@ -91,10 +88,7 @@ func (w *writeTx) Put(ctx context.Context, kv *mvccpb.KeyValue, sub int64) error
 // Delete implements mvcc.WriteTx.
 func (w *writeTx) Delete(ctx context.Context, key []byte, rev, sub int64) error {
 	key = nonNil(key)
-	id, err := rowID(rev, sub)
-	if err == nil {
-		err = checkChanges(rev, sub, w.b.opts.MaxChangesPerRevision)
-	}
+	id, err := w.b.changeID(rev, sub)
 	if err != nil {
 		return w.fail("delete", err)
 	}
@@ -109,6 +103,24 @@ func (w *writeTx) Delete(ctx context.Context, key []byte, rev, sub int64) error 
 	}
 	w.raise(rev)
 	return nil
+}
+
+// changeID is the row id of change sub of revision rev, or the error that
+// refuses such a change (mvcc.ErrTooManyChanges beyond the bound).
+func (b *Backend) changeID(rev, sub int64) (int64, error) {
+	id, err := rowID(rev, sub)
+	if err == nil {
+		err = checkChanges(rev, sub, b.opts.MaxChangesPerRevision)
+	}
+	return id, err
+}
+
+// CheckChange returns the error Put or Delete would fail with for change
+// sub of revision rev, for a caller that writes the change later
+// (memtail) and must refuse it now.
+func (b *Backend) CheckChange(rev, sub int64) error {
+	_, err := b.changeID(rev, sub)
+	return err
 }
 
 // FailNextWrite makes the next Put or Delete of a write transaction fail

@@ -1,0 +1,444 @@
+package memtail
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/kite-db/kite/pkg/mvcc"
+)
+
+var _ mvcc.Backend = (*Backend)(nil)
+
+// Base is the Backend memtail wraps: one that records, with the rows of a
+// transaction, the applied index of the newest batch it holds, and tells
+// it in every read (sqlite.Backend).
+type Base interface {
+	mvcc.Backend
+	AppliedIndex(ctx context.Context) (uint64, error)
+}
+
+// syncer is the part of a Base that a Backend with a log needs: the
+// base's commits are left unsynced (the log makes them durable), and the
+// log is released only up to what Sync made durable in the base.
+type syncer interface {
+	Sync() error
+}
+
+// appliedReader is the part of a Base's ReadTx that says which batches its
+// state holds.
+type appliedReader interface {
+	AppliedIndex(ctx context.Context) (uint64, error)
+}
+
+// Options tunes a Backend. Zero values take the defaults.
+type Options struct {
+	Logger *slog.Logger
+	// FlushInterval is the most a committed batch waits in the tail
+	// before it is flushed (100 ms, etcd's batch interval).
+	FlushInterval time.Duration
+	// FlushOps flushes the tail early once it holds this many ops (10,000,
+	// etcd's batch limit), which bounds the memory the tail takes and the
+	// work a read merges.
+	FlushOps int
+	// LogDir, if set, is where the log of committed batches lives: every
+	// batch is synced to it before its commit returns, and a restart
+	// replays from it what the base does not hold. Without it the tail is
+	// durable only through the caller's own log (raftsql's WAL), and
+	// Base's commits must be synced.
+	LogDir string
+	// ReleaseInterval is how often the base is synced so that the log
+	// before it can be dropped (10 s).
+	ReleaseInterval time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = 100 * time.Millisecond
+	}
+	if o.FlushOps <= 0 {
+		o.FlushOps = 10000
+	}
+	if o.ReleaseInterval <= 0 {
+		o.ReleaseInterval = 10 * time.Second
+	}
+	return o
+}
+
+// Backend serves the wrapped Base's state with the tail over it.
+type Backend struct {
+	base Base
+	opts Options
+	log  *slog.Logger
+	wal  *fileLog // nil without Options.LogDir
+
+	// observe, if set, is given the duration of every log append with its
+	// sync (kite reports it as etcd's WAL fsync and disk commit).
+	observe atomic.Pointer[func(time.Duration)]
+
+	// writeSem is the write mutex: one WriteTx at a time, as the Store
+	// guarantees anyway, and never during Close.
+	writeSem chan struct{}
+
+	mu sync.Mutex // guards the fields below
+	// tail holds the committed batches the base does not hold yet, oldest
+	// first. It is replaced, never changed in place: a read keeps the
+	// slice it took.
+	tail      []*batch
+	tailOps   int
+	lastIndex uint64 // of the newest batch committed
+	// flushed is the index of the newest batch in the base (not yet
+	// synced there, unless released covers it).
+	flushed, released uint64
+	// failed is the first error of the log: a batch may be half in it,
+	// so every later write fails with it until a restart reads the log
+	// again (etcd stops on a failed WAL write).
+	failed error
+	// flushErr is the last flush's error, nil once one succeeds: writes
+	// are refused while the tail cannot reach the base.
+	flushErr error
+
+	flushMu sync.Mutex // one flush at a time
+	kick    chan struct{}
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	closed  bool
+}
+
+// Open wraps base and starts the flusher, which Close stops. With a log,
+// the batches it holds after the base's applied index are replayed into
+// the base first.
+func Open(ctx context.Context, base Base, opts Options) (*Backend, error) {
+	opts = opts.withDefaults()
+	idx, err := base.AppliedIndex(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("memtail: read applied index: %w", err)
+	}
+	b := &Backend{
+		base: base, opts: opts, log: opts.Logger.With("component", "memtail"),
+		writeSem:  make(chan struct{}, 1),
+		lastIndex: idx, flushed: idx, released: idx,
+		kick: make(chan struct{}, 1),
+		stop: make(chan struct{}),
+	}
+	if opts.LogDir != "" {
+		if _, ok := base.(syncer); !ok {
+			return nil, fmt.Errorf("memtail: a log needs a base that can sync its commits (%T cannot)", base)
+		}
+		if err := b.replay(ctx, idx); err != nil {
+			return nil, err
+		}
+	}
+	b.wg.Add(1)
+	go b.flushLoop()
+	return b, nil
+}
+
+// replay opens the log and applies to the base the batches it holds after
+// applied, in one flush.
+func (b *Backend) replay(ctx context.Context, applied uint64) error {
+	l, recs, err := openLog(b.log, b.opts.LogDir, applied)
+	if err != nil {
+		return err
+	}
+	b.wal = l
+	for _, r := range recs {
+		bt, err := decodeBatch(r.payload)
+		if err != nil {
+			return errors.Join(fmt.Errorf("memtail: log record %d: %w", r.index, err), l.close())
+		}
+		bt.index, b.lastIndex = r.index, r.index
+		b.tail = append(b.tail, bt)
+		b.tailOps += len(bt.ops)
+	}
+	if len(recs) > 0 {
+		b.log.Info("replaying the log into the database", "from_index", applied+1, "to_index", b.lastIndex)
+	}
+	if err := b.flush(ctx); err != nil {
+		return errors.Join(err, l.close())
+	}
+	return nil
+}
+
+// ObserveCommits makes observe see the duration of every log append with
+// its sync: what a write waits for on disk.
+func (b *Backend) ObserveCommits(observe func(time.Duration)) {
+	if observe == nil {
+		b.observe.Store(nil)
+		return
+	}
+	b.observe.Store(&observe)
+}
+
+// logBatch makes bt durable in the log, if there is one.
+func (b *Backend) logBatch(bt *batch) error {
+	if b.wal == nil {
+		return nil
+	}
+	start := time.Now()
+	if err := b.wal.append(bt.index, encodeBatch(bt)); err != nil {
+		if !errors.Is(err, errLogSpace) {
+			b.fail(err)
+		}
+		if errors.Is(err, syscall.ENOSPC) {
+			err = fmt.Errorf("%w: %w", mvcc.ErrDiskFull, err)
+		}
+		return err
+	}
+	if o := b.observe.Load(); o != nil {
+		(*o)(time.Since(start))
+	}
+	return nil
+}
+
+// fail makes err sticky: every later write fails with it.
+func (b *Backend) fail(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.failed == nil {
+		b.failed = err
+	}
+}
+
+// snapshot returns the tail as it is now.
+func (b *Backend) snapshot() []*batch {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.tail
+}
+
+// BeginRead implements mvcc.Backend.
+func (b *Backend) BeginRead(ctx context.Context) (mvcc.ReadTx, error) {
+	// The tail first, then the base: the base's state is then at least as
+	// new as the flushes the tail reflects, so no batch falls in between.
+	tail := b.snapshot()
+	base, err := b.base.BeginRead(ctx)
+	if err != nil || len(tail) == 0 {
+		// Nothing pending when the read began: the base alone is a
+		// committed state, if anything newer than that moment.
+		return base, err
+	}
+	v, err := b.newView(ctx, base, tail)
+	if err != nil {
+		return nil, errors.Join(err, base.Rollback())
+	}
+	return v, nil
+}
+
+// newView merges over base the batches of tail it does not hold.
+func (b *Backend) newView(ctx context.Context, base mvcc.ReadTx, tail []*batch) (*view, error) {
+	ar, ok := base.(appliedReader)
+	if !ok {
+		return nil, fmt.Errorf("memtail: the base's read transaction (%T) does not tell its applied index", base)
+	}
+	idx, err := ar.AppliedIndex(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cur, comp, err := base.Revisions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	i := 0
+	for i < len(tail) && tail[i].index <= idx {
+		i++
+	}
+	return &view{base: base, baseCur: cur, baseComp: comp, batches: tail[i:]}, nil
+}
+
+// GetLatest implements mvcc.Backend: from the tail when it changed the
+// key, else from the base, with the newest revisions of the two.
+func (b *Backend) GetLatest(ctx context.Context, key []byte) (*mvccpb.KeyValue, int64, int64, error) {
+	tail := b.snapshot()
+	v := &view{batches: tail}
+	headCur, headComp, _ := v.Revisions(ctx)
+	if o, ok := v.newest(string(key), maxRev); ok && len(tail) > 0 {
+		kv, _ := o.live()
+		return clone(kv), headCur, headComp, nil
+	}
+	kv, cur, comp, err := b.base.GetLatest(ctx, key)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	// The key is not in the tail, so the base's row is its row at the
+	// tail's head too; the base may be newer still if a flush landed
+	// since the tail was taken. Of two states, the newer has both
+	// revisions at least as high (neither ever goes down).
+	return kv, max(cur, headCur), max(comp, headComp), nil
+}
+
+// BeginWrite implements mvcc.Backend.
+func (b *Backend) BeginWrite(ctx context.Context) (mvcc.WriteTx, error) {
+	select {
+	case b.writeSem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("memtail: wait for writer: %w", ctx.Err())
+	}
+	b.mu.Lock()
+	tail, failed, closed := b.tail, b.failed, b.closed
+	b.mu.Unlock()
+	switch {
+	case closed:
+		b.unlockWriter()
+		return nil, mvcc.ErrClosed
+	case failed != nil:
+		b.unlockWriter()
+		return nil, failed
+	}
+	base, err := b.base.BeginRead(ctx)
+	if err != nil {
+		b.unlockWriter()
+		return nil, err
+	}
+	v, err := b.newView(ctx, base, tail)
+	if err != nil {
+		b.unlockWriter()
+		return nil, errors.Join(err, base.Rollback())
+	}
+	open := newBatch()
+	// The open batch last, so the transaction's reads see its writes;
+	// cap the slice so appending never writes into the shared tail.
+	v.batches = append(v.batches[:len(v.batches):len(v.batches)], open)
+	return &writeTx{view: *v, b: b, open: open, seen: map[string]bool{}}, nil
+}
+
+func (b *Backend) unlockWriter() { <-b.writeSem }
+
+// number gives a batch its index: the one a replicated log gave it, or the
+// next. Called with mu held.
+func (b *Backend) number(index uint64) (uint64, error) {
+	if b.failed != nil {
+		return 0, b.failed
+	}
+	if b.flushErr != nil {
+		return 0, b.flushErr
+	}
+	if index == 0 {
+		index = b.lastIndex + 1
+	}
+	if index <= b.lastIndex {
+		return 0, fmt.Errorf("memtail: batch index %d after %d", index, b.lastIndex)
+	}
+	return index, nil
+}
+
+// append makes a committed batch durable in the log, then puts it at the
+// end of the tail, where reads see it: a read never sees a write a crash
+// could take back.
+func (b *Backend) append(bt *batch, index uint64) error {
+	b.mu.Lock()
+	index, err := b.number(index)
+	b.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	bt.index = index
+	if err := b.logBatch(bt); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.lastIndex = index
+	tail := make([]*batch, len(b.tail), len(b.tail)+1)
+	copy(tail, b.tail)
+	b.tail = append(tail, bt)
+	b.tailOps += len(bt.ops)
+	full := b.tailOps >= b.opts.FlushOps
+	b.mu.Unlock()
+	if full {
+		select {
+		case b.kick <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// commitDirect commits tx, a transaction of the base begun with the tail
+// empty (the writer lock keeps it so) that holds bt's ops already, after
+// the log has bt.
+func (b *Backend) commitDirect(tx mvcc.WriteTx, bt *batch, index uint64) error {
+	b.mu.Lock()
+	index, err := b.number(index)
+	b.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	bt.index = index
+	if err := b.logBatch(bt); err != nil {
+		return err
+	}
+	if err := commitAt(context.Background(), tx, index); err != nil {
+		// The log holds the batch: the base must not go on without it.
+		b.fail(fmt.Errorf("memtail: commit batch %d with a compaction: %w", index, err))
+		return err
+	}
+	b.mu.Lock()
+	b.lastIndex, b.flushed = index, index
+	b.mu.Unlock()
+	return nil
+}
+
+// AppliedIndex is the index of the newest committed batch, flushed or
+// not: where a log that feeds this Backend resumes.
+func (b *Backend) AppliedIndex(context.Context) (uint64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.lastIndex, nil
+}
+
+// Size implements mvcc.Backend, of the base once the tail is in it.
+func (b *Backend) Size(ctx context.Context) (int64, int64, error) {
+	return b.base.Size(ctx)
+}
+
+// Defragment implements mvcc.Backend.
+func (b *Backend) Defragment(ctx context.Context) error {
+	if err := b.flush(ctx); err != nil {
+		return err
+	}
+	return b.base.Defragment(ctx)
+}
+
+// Snapshot implements mvcc.Backend: the base's, with every committed batch
+// flushed into it first.
+func (b *Backend) Snapshot(ctx context.Context) (io.ReadCloser, int64, error) {
+	if err := b.flush(ctx); err != nil {
+		return nil, 0, err
+	}
+	return b.base.Snapshot(ctx)
+}
+
+// Close flushes the tail, stops the flusher, syncs the base, releases the
+// log and closes both.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	b.mu.Unlock()
+	close(b.stop)
+	b.wg.Wait()
+	err := b.flush(context.Background())
+	if b.wal != nil {
+		if err == nil {
+			// Forced: what earlier runs flushed unsynced must be durable
+			// before a caller may drop the log.
+			err = b.release(true)
+		}
+		err = errors.Join(err, b.wal.close())
+	}
+	return errors.Join(err, b.base.Close())
+}
