@@ -21,20 +21,101 @@ import (
 // TestTornTailSQLite: in sqlite mode every acknowledged commit is synced
 // (synchronous=FULL), so a torn write can only be a transaction that was
 // never acknowledged: frames appended after the last synced commit, the
-// last one cut short. SQLite's frame checksums make it ignore them.
+// last one cut short, which SQLite's frame checksums make it ignore. With
+// --experimental-sqlite-log-commit a write is acknowledged once kite's
+// own log (kite.db.log) has synced it and SQLite is committed unsynced
+// behind it: a torn write is then the log's last record, never synced so
+// never acknowledged (cut at start), or SQLite's last commit, lost as a
+// power loss loses what was never synced (the log replays it from the
+// applied index SQLite holds). Either way nothing acknowledged is lost.
 func TestTornTailSQLite(t *testing.T) {
 	if againstEtcd {
-		t.Skip("the damage is to kite's SQLite file")
+		t.Skip("the damage is to kite's SQLite file and log")
 	}
-	dir := t.TempDir()
-	k := startKiteIn(t, dir)
-	ctx := testCtx(t, 2*time.Minute)
-	acks := writeThenKill(ctx, t, []*kiteProcess{k}, "/torn/sqlite/", k)
+	if datastore != "sqlite" {
+		t.Skip("the files are sqlite mode's")
+	}
+	const logCommit = "--experimental-sqlite-log-commit"
+	for _, tc := range []struct {
+		name string
+		// flags start kite; restart, if set, restarts it (else flags).
+		flags, restart []string
+		tear           func(t *testing.T, dataDir string)
+	}{
+		{name: "SQLite WAL append", tear: func(t *testing.T, dataDir string) {
+			tearSQLiteWALAppend(t, filepath.Join(dataDir, "kite.db-wal"))
+		}},
+		{name: "kite log", flags: []string{logCommit}, tear: func(t *testing.T, dataDir string) {
+			tearKiteLog(t, filepath.Join(dataDir, "kite.db.log"))
+		}},
+		{name: "SQLite WAL commit behind kite log", flags: []string{logCommit}, tear: func(t *testing.T, dataDir string) {
+			tearSQLiteWALCommit(t, filepath.Join(dataDir, "kite.db-wal"))
+		}},
+		// A data dir that ran with the log, restarted without it: the log
+		// is applied first, then removed.
+		{name: "kite log then without it", flags: []string{logCommit}, restart: []string{}, tear: func(t *testing.T, dataDir string) {
+			tearSQLiteWALCommit(t, filepath.Join(dataDir, "kite.db-wal"))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			k := startKiteIn(t, dir, tc.flags...)
+			ctx := testCtx(t, 2*time.Minute)
+			acks := writeThenKill(ctx, t, []*kiteProcess{k}, "/torn/sqlite/", k)
+			tc.tear(t, dir)
+			if tc.restart != nil {
+				k.flags = slices.DeleteFunc(slices.Clone(k.flags), func(f string) bool { return f == logCommit })
+			}
+			k.Restart()
+			checkAcks(ctx, t, k, acks)
+			if tc.restart != nil {
+				if _, err := os.Stat(filepath.Join(dir, "kite.db.log")); !os.IsNotExist(err) {
+					t.Errorf("kite.db.log still there after a start without %s: %v", logCommit, err)
+				}
+			}
+		})
+	}
+}
 
-	wal := filepath.Join(dir, "kite.db-wal")
-	tearSQLiteWALAppend(t, wal)
-	k.Restart()
-	checkAcks(ctx, t, k, acks)
+// tearKiteLog appends a half-written record to the newest segment of
+// kite's log: a record is a 4-byte length, a 4-byte CRC and the body
+// (pkg/mvcc/memtail/log.go); a segment is preallocated with zeros, and a
+// zero length ends its data. The torn record claims 2 KiB: its first
+// sector is written, the rest still zeros, as when power fails between
+// sector writes.
+func tearKiteLog(t *testing.T, dir string) {
+	t.Helper()
+	segs, err := filepath.Glob(filepath.Join(dir, "*.log"))
+	if err != nil || len(segs) == 0 {
+		t.Fatalf("kite log segments in %s: %v, %v", dir, segs, err)
+	}
+	slices.Sort(segs)
+	path := segs[len(segs)-1]
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := 0
+	for off+8 <= len(data) {
+		n := int(binary.LittleEndian.Uint32(data[off:]))
+		if n == 0 {
+			break
+		}
+		off += 8 + n
+	}
+	const body, sector = 2048, 512
+	if off+8+body > len(data) {
+		data = append(data, make([]byte, off+8+body-len(data))...)
+	}
+	binary.LittleEndian.PutUint32(data[off:], body)
+	binary.LittleEndian.PutUint32(data[off+4:], 0xdeadbeef)
+	for i := off + 8; i < off+sector; i++ {
+		data[i] = byte(i*7 + 1)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kite log %s torn after its last record at offset %d", filepath.Base(path), off)
 }
 
 // TestTornTailRaftSQL: a raftsql follower's two logs torn after a SIGKILL.

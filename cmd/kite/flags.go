@@ -104,6 +104,7 @@ type serveFlags struct {
 	datastoreMaxIdleConns    int
 	datastoreConnMaxLifetime time.Duration
 	datastoreWakeListen      string
+	experimentalLogCommit    bool
 
 	// testMaxChanges is KITE_TEST_MAX_CHANGES_PER_REVISION (kitetest
 	// builds only; hooks_testhooks.go).
@@ -191,6 +192,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.IntVar(&f.datastoreMaxOpenConns, "datastore-max-open-connections", 0, "Most connections to a database server (0: the driver's default).")
 	fs.IntVar(&f.datastoreMaxIdleConns, "datastore-max-idle-connections", 0, "Connections to a database server kept open while idle (0: the driver's default).")
 	fs.DurationVar(&f.datastoreConnMaxLifetime, "datastore-connection-max-lifetime", 0, "Longest a database server connection is reused (0: the driver's default).")
+	fs.BoolVar(&f.experimentalLogCommit, "experimental-sqlite-log-commit", false, "In sqlite mode: acknowledge a write once kite's own log (kite.db.log next to the database) has synced it, and apply it to SQLite in batches behind the log (pkg/mvcc/memtail). Measured, not yet faster: see docs/benchmarks.md. Started without it, kite first applies what such a log still holds and removes it.")
 	fs.StringVar(&f.datastoreWakeListen, "datastore-wake-listen", "", "On MySQL: the host:port where this server takes the other kite servers' wake-ups after their commits; they must reach it (default: the host of the first advertised client URL, any port).")
 	fs.Usage = func() { printUsage(fs.Output(), fs) }
 	return fs
@@ -410,6 +412,7 @@ func (f *serveFlags) datastore(log *slog.Logger) datastore.Config {
 		WakeListen:      f.wakeListen(),
 		Raft:            f.raft,
 		SQLite:          f.sqliteOptions(),
+		LogCommit:       f.experimentalLogCommit,
 		Logger:          log,
 	}
 }

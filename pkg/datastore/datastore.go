@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -26,6 +27,7 @@ import (
 	"github.com/kite-db/kite/pkg/drivers/raftsql"
 	"github.com/kite-db/kite/pkg/drivers/sqlite"
 	"github.com/kite-db/kite/pkg/mvcc"
+	"github.com/kite-db/kite/pkg/mvcc/memtail"
 )
 
 // Kinds of storage.
@@ -58,7 +60,10 @@ type Config struct {
 	// (page caches and mappings, from --memory-budget); its Logger is set
 	// by Open.
 	SQLite sqlite.Options
-	Logger *slog.Logger
+	// LogCommit makes kite's own log the commit point in sqlite mode
+	// (--experimental-sqlite-log-commit, see openSQLite).
+	LogCommit bool
+	Logger    *slog.Logger
 }
 
 // Kind returns the kind of storage an endpoint names, or an error for a
@@ -150,14 +155,7 @@ func Open(ctx context.Context, cfg Config) (mvcc.Backend, error) {
 		return n, nil
 	}
 	if kind == KindSQLite {
-		path := SQLitePath(cfg.Endpoint, cfg.DataDir)
-		opts := cfg.SQLite
-		opts.Logger = log
-		b, err := sqlite.Open(ctx, path, opts)
-		if err != nil {
-			return nil, fmt.Errorf("open sqlite datastore %s: %w", path, err)
-		}
-		return b, nil
+		return openSQLite(ctx, log, SQLitePath(cfg.Endpoint, cfg.DataDir), cfg.SQLite, cfg.LogCommit)
 	}
 	if kind == KindMySQL {
 		// A malformed DSN is not worth retrying.
@@ -179,6 +177,49 @@ func Open(ctx context.Context, cfg Config) (mvcc.Backend, error) {
 	return openRetrying(ctx, log, cfg.Endpoint, func() (mvcc.Backend, error) {
 		return postgres.Open(ctx, cfg.Endpoint, opts)
 	})
+}
+
+// openSQLite opens the embedded SQLite mode. With logCommit the database
+// at path sits behind a memtail, whose log (path + ".log", a directory)
+// is the commit point: a write is acknowledged once the log has synced
+// it, SQLite's commits are left unsynced and take many writes each, off
+// the acknowledgement path, and SQLite is synced before the log is
+// released. Without it every SQLite commit is synced, as before; a log
+// left by an earlier run with it is applied first and removed, so no
+// acknowledged write it holds is lost.
+func openSQLite(ctx context.Context, log *slog.Logger, path string, opts sqlite.Options, logCommit bool) (mvcc.Backend, error) {
+	opts.Logger = log
+	logDir := path + ".log"
+	_, statErr := os.Stat(logDir)
+	if !logCommit && errors.Is(statErr, os.ErrNotExist) {
+		b, err := sqlite.Open(ctx, path, opts)
+		if err != nil {
+			return nil, fmt.Errorf("open sqlite datastore %s: %w", path, err)
+		}
+		return b, nil
+	}
+	unsynced := opts
+	unsynced.NoCommitSync = true
+	base, err := sqlite.Open(ctx, path, unsynced)
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite datastore %s: %w", path, err)
+	}
+	b, err := memtail.Open(ctx, base, memtail.Options{Logger: log, LogDir: logDir})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("open sqlite datastore %s: %w", path, err), base.Close())
+	}
+	if logCommit {
+		return b, nil
+	}
+	// Close applies the log, syncs the database and releases the log.
+	if err := b.Close(); err != nil {
+		return nil, fmt.Errorf("open sqlite datastore %s: apply the log of --experimental-sqlite-log-commit: %w", path, err)
+	}
+	if err := os.RemoveAll(logDir); err != nil {
+		return nil, fmt.Errorf("open sqlite datastore %s: remove the applied log: %w", path, err)
+	}
+	log.Info("applied and removed the log an earlier run with --experimental-sqlite-log-commit left", "log", logDir)
+	return openSQLite(ctx, log, path, opts, false)
 }
 
 // openRetrying calls open until it succeeds, ctx ends, or it fails in a
