@@ -3,8 +3,6 @@ package mysql_test
 import (
 	"context"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -31,11 +29,13 @@ func mustOpen(t testing.TB, dsn string) *mysql.Backend {
 	return b
 }
 
-// conformance runs backendtest on databases whose DSN carries params.
-func conformance(t *testing.T, params ...string) {
+// reopenable opens Backends on fresh databases whose DSN carries params,
+// and reopens one on its database, for the suites that restart their
+// storage.
+func reopenable(params ...string) (open func(t *testing.T) mvcc.Backend, reopen func(t *testing.T, b mvcc.Backend) mvcc.Backend) {
 	var mu sync.Mutex
 	dsns := map[mvcc.Backend]string{}
-	open := func(t *testing.T) mvcc.Backend {
+	open = func(t *testing.T) mvcc.Backend {
 		dsn := mysqltest.NewDatabase(t, params...)
 		b := mustOpen(t, dsn)
 		mu.Lock()
@@ -43,7 +43,7 @@ func conformance(t *testing.T, params ...string) {
 		mu.Unlock()
 		return b
 	}
-	reopen := func(t *testing.T, b mvcc.Backend) mvcc.Backend {
+	reopen = func(t *testing.T, b mvcc.Backend) mvcc.Backend {
 		mu.Lock()
 		dsn := dsns[b]
 		mu.Unlock()
@@ -56,19 +56,15 @@ func conformance(t *testing.T, params ...string) {
 		mu.Unlock()
 		return nb
 	}
+	return open, reopen
+}
+
+// conformance runs backendtest on databases whose DSN carries params.
+func conformance(t *testing.T, params ...string) {
+	open, reopen := reopenable(params...)
 	// A MySQL snapshot is a SQLite database file (snapshot.go).
 	restore := func(t *testing.T, snapshot io.Reader) mvcc.Backend {
-		path := filepath.Join(t.TempDir(), "restored.db")
-		f, err := os.Create(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.Copy(f, snapshot); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
-			t.Fatal(err)
-		}
+		path := backendtest.SnapshotFile(t, snapshot)
 		b, err := sqlite.Open(context.Background(), path, sqlite.Options{})
 		if err != nil {
 			t.Fatalf("open restored snapshot: %v", err)

@@ -3,8 +3,6 @@ package postgres_test
 import (
 	"context"
 	"io"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 
@@ -30,10 +28,12 @@ func mustOpen(t testing.TB, dsn string) *postgres.Backend {
 	return b
 }
 
-func TestConformance(t *testing.T) {
+// reopenable opens Backends on fresh databases, and reopens one on its
+// database, for the suites that restart their storage.
+func reopenable() (open func(t *testing.T) mvcc.Backend, reopen func(t *testing.T, b mvcc.Backend) mvcc.Backend) {
 	var mu sync.Mutex
 	dsns := map[mvcc.Backend]string{}
-	open := func(t *testing.T) mvcc.Backend {
+	open = func(t *testing.T) mvcc.Backend {
 		dsn := pgtest.NewDatabase(t)
 		b := mustOpen(t, dsn)
 		mu.Lock()
@@ -41,7 +41,7 @@ func TestConformance(t *testing.T) {
 		mu.Unlock()
 		return b
 	}
-	reopen := func(t *testing.T, b mvcc.Backend) mvcc.Backend {
+	reopen = func(t *testing.T, b mvcc.Backend) mvcc.Backend {
 		mu.Lock()
 		dsn := dsns[b]
 		mu.Unlock()
@@ -54,19 +54,14 @@ func TestConformance(t *testing.T) {
 		mu.Unlock()
 		return nb
 	}
+	return open, reopen
+}
+
+func TestConformance(t *testing.T) {
+	open, reopen := reopenable()
 	// A Postgres snapshot is a SQLite database file (snapshot.go).
 	restore := func(t *testing.T, snapshot io.Reader) mvcc.Backend {
-		path := filepath.Join(t.TempDir(), "restored.db")
-		f, err := os.Create(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.Copy(f, snapshot); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
-			t.Fatal(err)
-		}
+		path := backendtest.SnapshotFile(t, snapshot)
 		b, err := sqlite.Open(context.Background(), path, sqlite.Options{})
 		if err != nil {
 			t.Fatalf("open restored snapshot: %v", err)

@@ -20,11 +20,11 @@ func oneMember(dir string) Config {
 		InitialCluster: map[string][]string{"m": {"http://127.0.0.1:2380"}}}
 }
 
-// TestConformance: a member's storage is the shared driver suite's Backend
-// (the local SQLite behind the holder a received snapshot swaps), before
-// and after a restart from its WAL.
-func TestConformance(t *testing.T) {
-	open := func(t *testing.T) mvcc.Backend {
+// oneMemberOpeners starts single-member clusters in fresh directories, and
+// restarts one from its WAL and SQLite file, for the suites that restart
+// their storage.
+func oneMemberOpeners() (open func(t *testing.T) mvcc.Backend, reopen func(t *testing.T, b mvcc.Backend) mvcc.Backend) {
+	open = func(t *testing.T) mvcc.Backend {
 		n, err := Open(context.Background(), oneMember(t.TempDir()))
 		if err != nil {
 			t.Fatal(err)
@@ -32,7 +32,7 @@ func TestConformance(t *testing.T) {
 		t.Cleanup(func() { n.Close() })
 		return n
 	}
-	reopen := func(t *testing.T, b mvcc.Backend) mvcc.Backend {
+	reopen = func(t *testing.T, b mvcc.Backend) mvcc.Backend {
 		dir := b.(*Node).cfg.DataDir
 		if err := b.Close(); err != nil {
 			t.Fatalf("Close: %v", err)
@@ -44,6 +44,14 @@ func TestConformance(t *testing.T) {
 		t.Cleanup(func() { n.Close() })
 		return n
 	}
+	return open, reopen
+}
+
+// TestConformance: a member's storage is the shared driver suite's Backend
+// (the local SQLite behind the holder a received snapshot swaps), before
+// and after a restart from its WAL.
+func TestConformance(t *testing.T) {
+	open, reopen := oneMemberOpeners()
 	backendtest.Run(t, open, backendtest.WithReopen(reopen))
 }
 

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -33,29 +32,26 @@ func mustOpen(t testing.TB, path string) *sqlite.Backend {
 	return b
 }
 
-func TestConformance(t *testing.T) {
-	open := func(t *testing.T) mvcc.Backend {
+// fileOpeners open Backends on fresh files, and reopen one on its file,
+// for the suites that restart their storage.
+func fileOpeners() (open func(t *testing.T) mvcc.Backend, reopen func(t *testing.T, b mvcc.Backend) mvcc.Backend) {
+	open = func(t *testing.T) mvcc.Backend {
 		return mustOpen(t, filepath.Join(t.TempDir(), "kite.db"))
 	}
-	reopen := func(t *testing.T, b mvcc.Backend) mvcc.Backend {
+	reopen = func(t *testing.T, b mvcc.Backend) mvcc.Backend {
 		path := b.(*sqlite.Backend).Path()
 		if err := b.Close(); err != nil {
 			t.Fatalf("Close: %v", err)
 		}
 		return mustOpen(t, path)
 	}
+	return open, reopen
+}
+
+func TestConformance(t *testing.T) {
+	open, reopen := fileOpeners()
 	restore := func(t *testing.T, snapshot io.Reader) mvcc.Backend {
-		path := filepath.Join(t.TempDir(), "restored.db")
-		f, err := os.Create(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.Copy(f, snapshot); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
-			t.Fatal(err)
-		}
+		path := backendtest.SnapshotFile(t, snapshot)
 		return mustOpen(t, path)
 	}
 	backendtest.Run(t, open, backendtest.WithReopen(reopen), backendtest.WithRestore(restore))

@@ -5,6 +5,8 @@ package backendtest
 
 import (
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/kite-db/kite/pkg/mvcc"
@@ -29,6 +31,25 @@ func WithReopen(fn func(t *testing.T, b mvcc.Backend) mvcc.Backend) Option {
 // that Snapshot writes something.
 func WithRestore(fn func(t *testing.T, snapshot io.Reader) mvcc.Backend) Option {
 	return func(c *config) { c.restore = fn }
+}
+
+// SnapshotFile writes a snapshot to a file of its own in t's temporary
+// directory and returns its path: every driver's snapshot is a SQLite
+// database file, which a restore opens there.
+func SnapshotFile(t *testing.T, snapshot io.Reader) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "restored.db")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(f, snapshot); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // env is what a test body gets.

@@ -333,18 +333,24 @@ func (b *Backend) number(index uint64) (uint64, error) {
 	return index, nil
 }
 
-// append makes a committed batch durable in the log, then puts it at the
-// end of the tail, where reads see it: a read never sees a write a crash
-// could take back.
-func (b *Backend) append(bt *batch, index uint64) error {
+// numberAndLog numbers bt (see number) and makes it durable in the log.
+func (b *Backend) numberAndLog(bt *batch, index uint64) (uint64, error) {
 	b.mu.Lock()
 	index, err := b.number(index)
 	b.mu.Unlock()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	bt.index = index
-	if err := b.logBatch(bt); err != nil {
+	return index, b.logBatch(bt)
+}
+
+// append makes a committed batch durable in the log, then puts it at the
+// end of the tail, where reads see it: a read never sees a write a crash
+// could take back.
+func (b *Backend) append(bt *batch, index uint64) error {
+	index, err := b.numberAndLog(bt, index)
+	if err != nil {
 		return err
 	}
 	b.mu.Lock()
@@ -368,14 +374,8 @@ func (b *Backend) append(bt *batch, index uint64) error {
 // empty (the writer lock keeps it so) that holds bt's ops already, after
 // the log has bt.
 func (b *Backend) commitDirect(tx mvcc.WriteTx, bt *batch, index uint64) error {
-	b.mu.Lock()
-	index, err := b.number(index)
-	b.mu.Unlock()
+	index, err := b.numberAndLog(bt, index)
 	if err != nil {
-		return err
-	}
-	bt.index = index
-	if err := b.logBatch(bt); err != nil {
 		return err
 	}
 	if err := commitAt(context.Background(), tx, index); err != nil {

@@ -3,7 +3,6 @@ package memtail_test
 import (
 	"context"
 	"io"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -63,6 +62,20 @@ func (o *opener) at(t *testing.T, path string) mvcc.Backend {
 	return b
 }
 
+// open opens a Backend on a fresh file.
+func (o *opener) open(t *testing.T) mvcc.Backend {
+	return o.at(t, filepath.Join(t.TempDir(), "kite.db"))
+}
+
+// reopen closes b and opens its file again.
+func (o *opener) reopen(t *testing.T, b mvcc.Backend) mvcc.Backend {
+	path := o.path(b)
+	if err := b.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	return o.at(t, path)
+}
+
 func (o *opener) path(b mvcc.Backend) string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -73,31 +86,11 @@ func TestConformance(t *testing.T) {
 	for _, p := range policies {
 		t.Run(p.name, func(t *testing.T) {
 			o := &opener{opts: p.opts, paths: map[mvcc.Backend]string{}}
-			open := func(t *testing.T) mvcc.Backend {
-				return o.at(t, filepath.Join(t.TempDir(), "kite.db"))
-			}
-			reopen := func(t *testing.T, b mvcc.Backend) mvcc.Backend {
-				path := o.path(b)
-				if err := b.Close(); err != nil {
-					t.Fatalf("Close: %v", err)
-				}
-				return o.at(t, path)
-			}
 			restore := func(t *testing.T, snapshot io.Reader) mvcc.Backend {
-				path := filepath.Join(t.TempDir(), "restored.db")
-				f, err := os.Create(path)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := io.Copy(f, snapshot); err != nil {
-					t.Fatal(err)
-				}
-				if err := f.Close(); err != nil {
-					t.Fatal(err)
-				}
+				path := backendtest.SnapshotFile(t, snapshot)
 				return o.at(t, path)
 			}
-			backendtest.Run(t, open, backendtest.WithReopen(reopen), backendtest.WithRestore(restore))
+			backendtest.Run(t, o.open, backendtest.WithReopen(o.reopen), backendtest.WithRestore(restore))
 		})
 	}
 }
@@ -109,17 +102,7 @@ func TestStoreModel(t *testing.T) {
 	for _, p := range policies {
 		t.Run(p.name, func(t *testing.T) {
 			o := &opener{opts: p.opts, paths: map[mvcc.Backend]string{}}
-			open := func(t *testing.T) mvcc.Backend {
-				return o.at(t, filepath.Join(t.TempDir(), "kite.db"))
-			}
-			reopen := func(t *testing.T, b mvcc.Backend) mvcc.Backend {
-				path := o.path(b)
-				if err := b.Close(); err != nil {
-					t.Fatalf("Close: %v", err)
-				}
-				return o.at(t, path)
-			}
-			storetest.Run(t, open, storetest.WithReopen(reopen))
+			storetest.Run(t, o.open, storetest.WithReopen(o.reopen))
 		})
 	}
 }

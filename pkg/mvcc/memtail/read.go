@@ -2,6 +2,7 @@ package memtail
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"slices"
 
@@ -271,18 +272,8 @@ func (v *view) Leases(ctx context.Context) ([]mvcc.Lease, error) {
 	for _, l := range byID {
 		out = append(out, l)
 	}
-	slices.SortFunc(out, func(a, b mvcc.Lease) int { return cmpInt(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b mvcc.Lease) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Lease implements mvcc.ReadTx.
@@ -343,7 +334,7 @@ func (v *view) Alarms(ctx context.Context) ([]*pb.AlarmMember, error) {
 	}
 	slices.SortFunc(out, func(a, b *pb.AlarmMember) int {
 		// The base's order: member IDs as the signed integers SQL stores.
-		if c := cmpInt(int64(a.MemberID), int64(b.MemberID)); c != 0 {
+		if c := cmp.Compare(int64(a.MemberID), int64(b.MemberID)); c != 0 {
 			return c
 		}
 		return int(a.Alarm) - int(b.Alarm)
