@@ -32,9 +32,6 @@ func TestTornTailSQLite(t *testing.T) {
 	if againstEtcd {
 		t.Skip("the damage is to kite's SQLite file and log")
 	}
-	if datastore != "sqlite" {
-		t.Skip("the files are sqlite mode's")
-	}
 	const logCommit = "--experimental-sqlite-log-commit"
 	for _, tc := range []struct {
 		name string

@@ -57,7 +57,7 @@ func (c *rangeCounts) count(ctx context.Context, tx ReadTx, key, end []byte, rev
 	n := rc.n
 	for _, ch := range changes {
 		switch {
-		case !inRange(ch.KV.Key, key, end):
+		case !InRange(ch.KV.Key, key, end):
 		case ch.Deleted:
 			n--
 		case ch.KV.Version == 1:

@@ -65,7 +65,7 @@ func (t *unchangedTx) serveAt(ctx context.Context, key, end []byte, rev int64) i
 		serve = rev
 	} else {
 		for _, c := range changes {
-			if inRange(c.KV.Key, key, end) {
+			if InRange(c.KV.Key, key, end) {
 				serve = rev
 				break
 			}
@@ -75,9 +75,9 @@ func (t *unchangedTx) serveAt(ctx context.Context, key, end []byte, rev int64) i
 	return serve
 }
 
-// inRange reports whether k is in [key, end) with etcd's conventions: a nil
+// InRange reports whether k is in [key, end) with etcd's conventions: a nil
 // end selects key alone, "\x00" every key >= key.
-func inRange(k, key, end []byte) bool {
+func InRange(k, key, end []byte) bool {
 	switch {
 	case len(end) == 0:
 		return bytes.Equal(k, key)

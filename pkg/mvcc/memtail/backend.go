@@ -397,7 +397,9 @@ func (b *Backend) AppliedIndex(context.Context) (uint64, error) {
 	return b.lastIndex, nil
 }
 
-// Size implements mvcc.Backend, of the base once the tail is in it.
+// Size implements mvcc.Backend: the base's. It does not wait for the
+// tail: the quota reads it every 100 ms, and the tail reaches the base
+// within a flush interval.
 func (b *Backend) Size(ctx context.Context) (int64, int64, error) {
 	return b.base.Size(ctx)
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -223,8 +224,12 @@ func TestLogCorruptRecordStopsTheStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer base.Close()
-	if r, err := memtail.Open(ctx, base, memtail.Options{LogDir: filepath.Join(copied, "kite.db.log")}); err == nil {
+	r, err := memtail.Open(ctx, base, memtail.Options{LogDir: filepath.Join(copied, "kite.db.log")})
+	if err == nil {
 		r.Close()
 		t.Fatal("opened over a log with a corrupt record")
+	}
+	if !strings.Contains(err.Error(), "damaged") {
+		t.Fatalf("Open refused the log for another reason than its damage: %v", err)
 	}
 }

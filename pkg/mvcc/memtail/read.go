@@ -23,18 +23,6 @@ type view struct {
 	batches           []*batch
 }
 
-// inRange says whether k is in [key, end) with etcd's conventions for end
-// (nil: key alone; "\x00": every key from key on).
-func inRange(k, key, end []byte) bool {
-	switch {
-	case len(end) == 0:
-		return bytes.Equal(k, key)
-	case len(end) == 1 && end[0] == 0:
-		return bytes.Compare(k, key) >= 0
-	}
-	return bytes.Compare(k, key) >= 0 && bytes.Compare(k, end) < 0
-}
-
 // Revisions implements mvcc.ReadTx.
 func (v *view) Revisions(context.Context) (current, compacted int64, err error) {
 	for i := len(v.batches) - 1; i >= 0; i-- {
@@ -73,7 +61,7 @@ func (v *view) changed(key, end []byte, rev int64) map[string]*op {
 	out := map[string]*op{}
 	for _, b := range v.batches {
 		for k := range b.byKey {
-			if !inRange([]byte(k), key, end) {
+			if !mvcc.InRange([]byte(k), key, end) {
 				continue
 			}
 			if o, ok := b.keyAt(k, rev); ok {
