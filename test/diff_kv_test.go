@@ -27,6 +27,10 @@ var kvCases = []struct {
 		{"unknown lease", putLease("a", "v", 12345)},
 		{"grant", &pb.LeaseGrantRequest{ID: 100, TTL: 600}},
 		{"put with lease", putLease("c", "1", 100)},
+		// etcd answers from its key index, which holds no lease.
+		{"keys_only of a leased key", &pb.RangeRequest{Key: bs("c"), KeysOnly: true}},
+		{"keys_only sorted by value keeps the lease", &pb.RangeRequest{Key: bs("c"), KeysOnly: true,
+			SortTarget: pb.RangeRequest_VALUE, SortOrder: pb.RangeRequest_ASCEND}},
 		{"ignore_lease keeps lease", &pb.PutRequest{Key: bs("c"), Value: bs("2"), IgnoreLease: true, PrevKv: true}},
 		{"ignore_lease on missing key", &pb.PutRequest{Key: bs("missing"), Value: bs("2"), IgnoreLease: true}},
 		{"put drops lease", put("c", "3")},
@@ -82,7 +86,15 @@ var kvCases = []struct {
 	}...)},
 	{"range-sort", append(rangeSeed(), sortSteps()...)},
 	{"range-compacted", append(rangeSeed(), []step{
+		// A txn compares a negative revision with the first one, -1
+		// until a compaction: only -1 passes, and only before.
+		{"txn read rev -1 never compacted", txn(nil, ops(opRange(&pb.RangeRequest{Key: bs("a"), Revision: -1})), nil)},
+		{"txn read rev -2 never compacted", txn(nil, ops(opRange(&pb.RangeRequest{Key: bs("a"), Revision: -2})), nil)},
+		{"read rev -1", &pb.RangeRequest{Key: bs("a"), Revision: -1}},
 		{"compact 5", &pb.CompactionRequest{Revision: 5}},
+		{"txn read rev -1", txn(nil, ops(opRange(&pb.RangeRequest{Key: bs("a"), Revision: -1})), nil)},
+		{"txn write then read rev -1", txn(nil, ops(opPut(put("a", "x")), opRange(&pb.RangeRequest{Key: bs("a"), Revision: -1})), nil)},
+		{"read rev -1 compacted", &pb.RangeRequest{Key: bs("a"), Revision: -1}},
 		{"read rev 4", &pb.RangeRequest{Key: bs("a"), RangeEnd: bs("\x00"), Revision: 4}},
 		{"read rev 1", &pb.RangeRequest{Key: bs("a"), Revision: 1}},
 		{"read rev 5", &pb.RangeRequest{Key: bs("a"), RangeEnd: bs("\x00"), Revision: 5}},

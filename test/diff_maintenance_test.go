@@ -24,6 +24,7 @@ func TestDiffMaintenance(t *testing.T) {
 		{"put a", put("a", "1")},
 		{"put b", put("b", "2")},
 		{"put a again", put("a", "3")},
+		{"hashkv never compacted", &pb.HashKVRequest{}},
 		{"alarm list empty", &pb.AlarmRequest{Action: pb.AlarmRequest_GET}},
 		{"activate nospace", nospace(pb.AlarmRequest_ACTIVATE)},
 		{"alarm list", &pb.AlarmRequest{Action: pb.AlarmRequest_GET}},

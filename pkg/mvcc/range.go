@@ -96,8 +96,14 @@ func executeRange(ctx context.Context, tx rangeReader, r *pb.RangeRequest, curre
 		resp.More = true
 	}
 	if r.KeysOnly {
+		// etcd answers a keys_only range not sorted by value from its key
+		// index, which holds no lease: every key comes back with lease 0.
+		noLease := r.SortTarget != pb.RangeRequest_VALUE
 		for _, kv := range kvs {
 			kv.Value = nil
+			if noLease {
+				kv.Lease = 0
+			}
 		}
 	}
 	resp.Kvs = kvs

@@ -144,6 +144,27 @@ func cmpInt(a, b int64) int {
 	return 0
 }
 
+// checkTxnRangeRevision is etcd's check of a range inside a txn, which
+// differs from a plain Range's for negative revisions: etcd compares them
+// with its first revision, -1 until the first compaction and the
+// compacted revision after, so a range at -1 fails with ErrCompacted once
+// anything was compacted (and one below -1 always does). kite stores 0
+// for "never compacted".
+func checkTxnRangeRevision(rev, current, compacted int64) error {
+	if rev < 0 {
+		first := compacted
+		if first == 0 {
+			first = -1
+		}
+		if rev < first {
+			return ErrCompacted
+		}
+		return nil
+	}
+	_, err := checkRevision(rev, current, compacted)
+	return err
+}
+
 // checkTxn validates the chosen operations before any write, so a rejected
 // txn leaves no trace. It records the previous row of each put's key.
 func (a *evaluator) checkTxn(t *pb.TxnRequest, path []bool, prevs map[string]*mvccpb.KeyValue) (int, error) {
@@ -154,7 +175,7 @@ func (a *evaluator) checkTxn(t *pb.TxnRequest, path []bool, prevs map[string]*mv
 			if r.RequestRange == nil {
 				continue
 			}
-			if _, err := checkRevision(r.RequestRange.Revision, a.current, a.compacted); err != nil {
+			if err := checkTxnRangeRevision(r.RequestRange.Revision, a.current, a.compacted); err != nil {
 				return 0, err
 			}
 		case *pb.RequestOp_RequestPut:

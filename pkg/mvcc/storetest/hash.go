@@ -62,7 +62,7 @@ func (h *harness) hashAt(rev int64) {
 		at = h.m.current
 	}
 	compactRev := h.m.compacted
-	if compactRev == 0 && !h.m.tolerated.hashNeverCompacted {
+	if compactRev == 0 {
 		compactRev = -1
 	}
 	if resp.HashRevision != at || resp.CompactRevision != compactRev || resp.GetHeader().GetRevision() != h.m.current {

@@ -25,8 +25,7 @@ import (
 //   - a count_only answer has no keys and never More;
 //   - keys_only drops values; unless the sort is by value (which needs
 //     them) etcd serves it from its index alone, whose rows carry no lease
-//     either, so those answers have Lease 0 (kite's keep the lease:
-//     divergences.keysOnlyLease).
+//     either, so those answers have Lease 0.
 func (m *model) evalRange(r *pb.RangeRequest, st map[string]*mvccpb.KeyValue, header int64) *pb.RangeResponse {
 	keys := keysIn(st, r.Key, r.RangeEnd)
 	resp := &pb.RangeResponse{Header: hdr(header), Count: int64(len(keys))}
@@ -49,7 +48,7 @@ func (m *model) evalRange(r *pb.RangeRequest, st map[string]*mvccpb.KeyValue, he
 	if r.KeysOnly {
 		for _, kv := range kvs {
 			kv.Value = nil
-			if r.SortTarget != pb.RangeRequest_VALUE && !m.tolerated.keysOnlyLease {
+			if r.SortTarget != pb.RangeRequest_VALUE {
 				kv.Lease = 0
 			}
 		}
