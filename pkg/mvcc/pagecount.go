@@ -68,12 +68,21 @@ func (c *pageCounts) put(rev int64, key, end []byte, n int64) {
 // this one's.
 func (c *pageCounts) rememberNextPage(r *pb.RangeRequest, resp *pb.RangeResponse, rev int64) {
 	if !resp.More || r.CountOnly || r.Limit <= 0 || int64(len(resp.Kvs)) != r.Limit ||
-		!defaultOrdering(r.SortTarget, r.SortOrder) || hasRevisionFilters(r) || resp.Count < r.Limit {
+		!keyOrdered(r) || hasRevisionFilters(r) || resp.Count < r.Limit {
 		return
 	}
 	last := resp.Kvs[len(resp.Kvs)-1].Key
 	next := KeyAfter(last)
 	c.put(rev, next, rangeEnd(r.RangeEnd), resp.Count-r.Limit)
+}
+
+// keyOrdered reports whether r's page is the first keys of its range in key
+// order. defaultOrdering is not enough: with order NONE and another target,
+// etcd reads the first limit+1 keys and sorts them by that target, so the
+// page's last key says nothing about where the rest of the range starts.
+func keyOrdered(r *pb.RangeRequest) bool {
+	return r.SortTarget == pb.RangeRequest_KEY &&
+		(r.SortOrder == pb.RangeRequest_NONE || r.SortOrder == pb.RangeRequest_ASCEND)
 }
 
 // countingTx answers Count from pageCounts when it can, and from the

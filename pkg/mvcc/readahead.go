@@ -23,9 +23,9 @@ import (
 // that reads one page and stops (most single-page reads) costs nothing extra.
 //
 // A page read ahead is handed to at most one request, which must match it
-// exactly (revision, start, end, limit, keys_only); a revision compacted since
-// falls through to the normal read, which reports ErrCompacted. Pages nobody
-// asked for expire, and the memory held is bounded.
+// exactly (revision, start, end, limit, keys_only, sort target and order); a
+// revision compacted since falls through to the normal read, which reports
+// ErrCompacted. Pages nobody asked for expire, and the memory held is bounded.
 type readAhead struct {
 	c        *readCache
 	maxBytes int64 // of the pages held
@@ -74,11 +74,11 @@ func newReadAhead(c *readCache, maxBytes int64) *readAhead {
 // ahead: a key-ordered, unfiltered page of a range at a fixed revision.
 func followable(r *pb.RangeRequest) bool {
 	return r.Revision > 0 && r.Limit > 0 && !r.CountOnly && len(r.RangeEnd) > 0 &&
-		defaultOrdering(r.SortTarget, r.SortOrder) && !hasRevisionFilters(r)
+		keyOrdered(r) && !hasRevisionFilters(r)
 }
 
 func aheadKey(r *pb.RangeRequest) string {
-	b := make([]byte, 0, 24+len(r.Key)+len(r.RangeEnd))
+	b := make([]byte, 0, 32+len(r.Key)+len(r.RangeEnd))
 	b = binary.BigEndian.AppendUint64(b, uint64(r.Revision))
 	b = binary.BigEndian.AppendUint64(b, uint64(r.Limit))
 	if r.KeysOnly {
@@ -86,6 +86,8 @@ func aheadKey(r *pb.RangeRequest) string {
 	} else {
 		b = append(b, 0)
 	}
+	b = binary.AppendUvarint(b, uint64(r.SortTarget))
+	b = binary.AppendUvarint(b, uint64(r.SortOrder))
 	b = binary.AppendUvarint(b, uint64(len(r.Key)))
 	b = append(b, r.Key...)
 	return string(append(b, r.RangeEnd...))
@@ -141,6 +143,8 @@ func next(r *pb.RangeRequest, resp *pb.RangeResponse) *pb.RangeRequest {
 		Limit:        r.Limit,
 		Revision:     r.Revision,
 		KeysOnly:     r.KeysOnly,
+		SortOrder:    r.SortOrder,
+		SortTarget:   r.SortTarget,
 		Serializable: r.Serializable,
 	}
 	return n

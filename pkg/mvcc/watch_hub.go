@@ -128,6 +128,7 @@ func (h *watchHub) publish(rev int64, changes []Change) {
 		h.unsyncAllLocked(h.rev+1, rev)
 	}
 	h.rev = rev
+	changes = prevBeforeRevision(changes)
 	h.ring.push(rev, changes)
 
 	// One response per watcher holds all its events of rev (atomicity). The

@@ -150,8 +150,9 @@ func (h *watchHub) syncRound() (progressed bool, pending int, err error) {
 }
 
 // readHistory reads the log rows of revisions from..to, or of a prefix of
-// whole revisions when they exceed one batch, and returns the revision the
-// rows are complete up to and the compacted revision of the snapshot.
+// whole revisions when they exceed one batch, with the prev_kv etcd sends
+// (prevBeforeRevision), and returns the revision the rows are complete up
+// to and the compacted revision of the snapshot.
 func (h *watchHub) readHistory(from, to int64, withPrev bool) ([]Change, int64, int64, error) {
 	limit := h.historyBatch
 	for {
@@ -160,13 +161,13 @@ func (h *watchHub) readHistory(from, to int64, withPrev bool) ([]Change, int64, 
 			return nil, 0, 0, fmt.Errorf("read log revisions %d..%d: %w", from, to, err)
 		}
 		if len(rows) < limit {
-			return rows, to, compactRev, nil
+			return prevBeforeRevision(rows), to, compactRev, nil
 		}
 		last := changeRev(rows[len(rows)-1])
 		if changeRev(rows[0]) < last {
 			// The last revision may be cut short: leave it to the next round.
 			i := sort.Search(len(rows), func(i int) bool { return changeRev(rows[i]) >= last })
-			return rows[:i], last - 1, compactRev, nil
+			return prevBeforeRevision(rows[:i]), last - 1, compactRev, nil
 		}
 		// One revision alone fills the batch; it must be delivered whole.
 		limit *= 2

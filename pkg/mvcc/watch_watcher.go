@@ -2,6 +2,7 @@ package mvcc
 
 import (
 	"bytes"
+	"slices"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -88,6 +89,45 @@ func (w *watcher) event(c Change, compacted int64) *mvccpb.Event {
 		ev.PrevKv = c.PrevKV
 	}
 	return ev
+}
+
+// prevBeforeRevision gives the changes the prev_kv etcd's server sends,
+// which it reads as the key at the revision before the event (and never for
+// a put that creates its key), where the log (and Apply) give the row the
+// change replaced. The two differ only for a key changed twice in one
+// revision (a from-key delete in a txn may overlap the txn's puts: put then
+// delete, or delete, put and delete again): the later change replaced a
+// row of its own revision. Its prev is then the one of the key's first
+// change in the revision, which replaced the row from before it; a put
+// that recreates the key after its delete has none. changes run in
+// (revision, sub) order from the first change of a revision, as publish and
+// the log reads give them. They are shared (with the caller, the ring), so
+// a copy is fixed, and only when one needs it: the common revision costs
+// one comparison per change.
+func prevBeforeRevision(changes []Change) []Change {
+	var out []Change
+	for i, c := range changes {
+		rev := changeRev(c)
+		if c.PrevKV == nil || c.PrevKV.ModRevision != rev {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(changes)
+		}
+		out[i].PrevKV = nil
+		if !c.Deleted && c.KV.CreateRevision == rev {
+			continue
+		}
+		for j := i - 1; j >= 0 && changeRev(changes[j]) == rev; j-- {
+			if bytes.Equal(changes[j].KV.Key, c.KV.Key) {
+				out[i].PrevKV = changes[j].PrevKV // the first one, once the loop ends
+			}
+		}
+	}
+	if out == nil {
+		return changes
+	}
+	return out
 }
 
 // changeRev is the main revision of a log row.

@@ -54,7 +54,7 @@ type stats struct {
 
 func newHarness(t *testing.T, seed uint64, cfg config, b mvcc.Backend) *harness {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	m := newModel(knownDivergences())
+	m := newModel()
 	h := &harness{t: t, seed: seed, cfg: cfg, rng: rng, m: m, g: newGen(rng, m), b: b, hashes: map[hashAt]hashSeen{}}
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -33,9 +33,6 @@ type model struct {
 	// in the order they were granted.
 	leases  map[int64]int64
 	granted []int64
-	// tolerated are the known divergences whose kite answer the model
-	// gives instead of etcd's (divergence.go).
-	tolerated divergences
 }
 
 // change is one row of the revision log.
@@ -44,18 +41,14 @@ type change struct {
 	// kv is the row: the whole key-value of a put, only Key and ModRevision
 	// of a delete (what etcd's DELETE event carries).
 	kv *mvccpb.KeyValue
-	// replaced is the key's row just before the change, the request's own
-	// earlier writes included (nil if the key did not exist).
-	replaced *mvccpb.KeyValue
 }
 
-func newModel(tolerated divergences) *model {
+func newModel() *model {
 	return &model{
-		tolerated: tolerated,
-		current:   1,
-		states:    []map[string]*mvccpb.KeyValue{nil, {}},
-		changes:   [][]change{nil, nil},
-		leases:    map[int64]int64{},
+		current: 1,
+		states:  []map[string]*mvccpb.KeyValue{nil, {}},
+		changes: [][]change{nil, nil},
+		leases:  map[int64]int64{},
 	}
 }
 
@@ -174,7 +167,7 @@ func (w *write) put(key string, value []byte, lease int64) {
 	if prev := w.live[key]; prev != nil {
 		kv.CreateRevision, kv.Version = prev.CreateRevision, prev.Version+1
 	}
-	w.changes = append(w.changes, change{kv: kv, replaced: w.live[key]})
+	w.changes = append(w.changes, change{kv: kv})
 	w.live[key] = kv
 }
 
@@ -182,7 +175,7 @@ func (w *write) del(key string) {
 	if !w.copied {
 		w.live, w.copied = maps.Clone(w.live), true
 	}
-	w.changes = append(w.changes, change{deleted: true, kv: &mvccpb.KeyValue{Key: []byte(key), ModRevision: w.rev()}, replaced: w.live[key]})
+	w.changes = append(w.changes, change{deleted: true, kv: &mvccpb.KeyValue{Key: []byte(key), ModRevision: w.rev()}})
 	delete(w.live, key)
 }
 
@@ -351,8 +344,6 @@ func (m *model) events(req *pb.WatchCreateRequest) []*mvccpb.Event {
 			create := !c.deleted && c.kv.CreateRevision == c.kv.ModRevision
 			switch {
 			case !req.PrevKv || create || rev-1 < m.compacted:
-			case m.tolerated.watchPrevSameRevision:
-				ev.PrevKv = cloneKV(c.replaced)
 			default:
 				ev.PrevKv = cloneKV(m.states[rev-1][string(c.kv.Key)])
 			}

@@ -146,9 +146,6 @@ func (g *gen) rangeReq(rev int64) *pb.RangeRequest {
 	if g.chance(0.45) {
 		r.SortOrder = pb.RangeRequest_SortOrder(g.rng.IntN(3))
 		r.SortTarget = pb.RangeRequest_SortTarget(g.rng.IntN(5))
-		if g.m.tolerated.pageOrderNone && r.Limit > 0 && r.SortTarget != pb.RangeRequest_KEY && r.SortOrder == pb.RangeRequest_NONE {
-			r.SortOrder = pb.RangeRequest_ASCEND
-		}
 	}
 	if g.chance(0.25) {
 		filter := func() int64 {
@@ -331,7 +328,7 @@ func (g *gen) branch(s *txnScope, depth int, readOnly bool) []*pb.RequestOp {
 func (g *gen) txnRange() *pb.RangeRequest {
 	rev := int64(0)
 	switch x := g.rng.Float64(); {
-	case x < 0.02 && !g.m.tolerated.txnNegativeRevision:
+	case x < 0.02:
 		rev = -1
 	case x < 0.03:
 		rev = g.m.current + 1
