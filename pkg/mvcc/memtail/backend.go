@@ -58,6 +58,14 @@ type Options struct {
 	// ReleaseInterval is how often the base is synced so that the log
 	// before it can be dropped (10 s).
 	ReleaseInterval time.Duration
+	// RowCacheBytes bounds the writer's cache of the newest rows of the
+	// keys it touched last (16 MiB, what kite's default memory budget
+	// gives the recent watch events; negative: no cache). It saves the
+	// writer a read of the base for the row a put replaces or a delete
+	// removes; the values it holds after their batch is flushed are
+	// memory the tail would no longer keep, and the Go heap's growth
+	// doubles them in the resident set.
+	RowCacheBytes int64
 }
 
 func (o Options) withDefaults() Options {
@@ -72,6 +80,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ReleaseInterval <= 0 {
 		o.ReleaseInterval = 10 * time.Second
+	}
+	switch {
+	case o.RowCacheBytes == 0:
+		o.RowCacheBytes = 16 << 20
+	case o.RowCacheBytes < 0:
+		o.RowCacheBytes = 0
 	}
 	return o
 }
@@ -90,6 +104,11 @@ type Backend struct {
 	// writeSem is the write mutex: one WriteTx at a time, as the Store
 	// guarantees anyway, and never during Close.
 	writeSem chan struct{}
+	// rows and head are the writer's: only a holder of writeSem reads or
+	// changes them. rows is the newest row of keys written or read
+	// lately (rowcache.go); head, when known, the newest revisions.
+	rows *rowCache
+	head headRevisions
 
 	mu sync.Mutex // guards the fields below
 	// tail holds the committed batches the base does not hold yet, oldest
@@ -128,6 +147,7 @@ func Open(ctx context.Context, base Base, opts Options) (*Backend, error) {
 	b := &Backend{
 		base: base, opts: opts, log: opts.Logger.With("component", "memtail"),
 		writeSem:  make(chan struct{}, 1),
+		rows:      newRowCache(opts.RowCacheBytes),
 		lastIndex: idx, flushed: idx, released: idx,
 		kick: make(chan struct{}, 1),
 		stop: make(chan struct{}),
@@ -296,21 +316,19 @@ func (b *Backend) BeginWrite(ctx context.Context) (mvcc.WriteTx, error) {
 		b.unlockWriter()
 		return nil, failed
 	}
-	base, err := b.base.BeginRead(ctx)
-	if err != nil {
-		b.unlockWriter()
-		return nil, err
-	}
-	v, err := b.newView(ctx, base, tail)
-	if err != nil {
-		b.unlockWriter()
-		return nil, errors.Join(err, base.Rollback())
-	}
 	open := newBatch()
 	// The open batch last, so the transaction's reads see its writes;
-	// cap the slice so appending never writes into the shared tail.
-	v.batches = append(v.batches[:len(v.batches):len(v.batches)], open)
-	return &writeTx{view: *v, b: b, open: open, seen: map[string]bool{}}, nil
+	// cap the slice so appending never writes into the shared tail. The
+	// base is read only if a read needs it (writeTx.baseRead).
+	batches := append(tail[:len(tail):len(tail)], open)
+	return &writeTx{view: view{batches: batches}, b: b, open: open, tail: tail,
+		seen: map[string]bool{}, fills: map[string]*mvccpb.KeyValue{}}, nil
+}
+
+// headRevisions are the newest committed revisions, if known.
+type headRevisions struct {
+	current, compacted int64
+	known              bool
 }
 
 func (b *Backend) unlockWriter() { <-b.writeSem }

@@ -25,4 +25,12 @@
 // changes what an open read sees) and then opens a read of the wrapped
 // Backend; the batches that read's applied index already includes are
 // skipped, the rest are merged over it.
+//
+// What the writer reads: the rows it replaces (a put's previous row, the
+// key a delete removes) come from its own open batch, else from a cache
+// of the newest rows of keys it wrote or read lately (rowcache.go), else
+// from the tail, else from the base, whose read it opens only then. The
+// cache is exact because every change goes through the one writer and
+// the cache changes only when a batch is committed; it is bounded, and a
+// key it does not hold is read as before.
 package memtail

@@ -18,16 +18,35 @@ var (
 
 // writeTx collects its calls in an open batch at the end of its view, so
 // its reads see its own writes; Commit puts the batch in the tail.
+//
+// Its read of the base is opened only when a read needs it (baseRead):
+// the rows the writer replaces are mostly in the tail or the Backend's
+// row cache, and a read of the base costs a read connection, a BEGIN and
+// two statements before the first row. Until then its view holds the
+// whole tail, which answers a key's newest row and the newest revisions
+// as well as the part after the base's applied index does.
 type writeTx struct {
 	view
-	b     *Backend
-	open  *batch
-	index uint64 // set by SetAppliedIndex, else the Backend numbers the batch
+	b    *Backend
+	open *batch
+	tail []*batch // the tail when the transaction began
+	// newestRev is the highest revision of a change in the open batch: a
+	// read at or above it and the head's sees the newest rows. The Store
+	// sets the revisions once per batch, at its end, and reads at the
+	// revision its earlier requests in the batch wrote.
+	newestRev int64
+	index     uint64 // set by SetAppliedIndex, else the Backend numbers the batch
 	// direct is the base's write transaction a CompactBatch opened; the
 	// rest of the transaction happens in it.
 	direct mvcc.WriteTx
 	// seen: keys whose liveness in the base this transaction read.
 	seen map[string]bool
+	// fills: rows read from the base, for the row cache once the
+	// transaction commits; used: keys the row cache answered, made its
+	// newest then. A transaction that does not commit leaves the cache as
+	// it was.
+	fills map[string]*mvccpb.KeyValue
+	used  []string
 	// err is the first refused change: the transaction commits nothing.
 	err  error
 	done bool
@@ -55,6 +74,9 @@ func (w *writeTx) add(o op) error {
 			w.err = err
 			return err
 		}
+	}
+	if o.kind == opPut || o.kind == opDelete {
+		w.newestRev = max(w.newestRev, o.kv.ModRevision)
 	}
 	w.open.add(o)
 	return nil
@@ -94,12 +116,24 @@ func (w *writeTx) liveBefore(ctx context.Context, key []byte, version int64) (bo
 		// Once direct, the batch never joins the tail: no read merges it.
 		return false, nil
 	}
-	if o, ok := w.newest(string(key), maxRev); ok {
+	k := string(key)
+	if o, ok := w.open.keyAt(k, maxRev); ok {
 		_, live := o.live()
 		return live, nil
 	}
-	if live, ok := w.seen[string(key)]; ok {
+	if kv, ok := w.b.rows.get(k); ok {
+		return kv != nil, nil
+	}
+	if o, ok := w.newest(k, maxRev); ok {
+		_, live := o.live()
 		return live, nil
+	}
+	if live, ok := w.seen[k]; ok {
+		return live, nil
+	}
+	if err := w.baseRead(ctx); err != nil {
+		w.err = err
+		return false, err
 	}
 	kv, err := w.view.base.Get(ctx, key)
 	if err != nil {
@@ -109,19 +143,61 @@ func (w *writeTx) liveBefore(ctx context.Context, key []byte, version int64) (bo
 	return kv != nil, nil
 }
 
-// Get implements mvcc.ReadTx, remembering what the base said.
+// Get implements mvcc.ReadTx: from the transaction's own writes, else the
+// row cache, else the tail, else the base, remembering what the base said.
+// The cache holds the newest committed row of a key, as the tail does,
+// but in one lookup instead of one per batch.
 func (w *writeTx) Get(ctx context.Context, key []byte) (*mvccpb.KeyValue, error) {
 	if w.direct != nil {
 		return w.direct.Get(ctx, key)
 	}
-	if _, ok := w.newest(string(key), maxRev); ok {
-		return w.view.Get(ctx, key)
+	k := string(key)
+	if o, ok := w.open.keyAt(k, maxRev); ok {
+		kv, _ := o.live()
+		return clone(kv), nil
+	}
+	if kv, ok := w.b.rows.get(k); ok {
+		w.seen[k] = kv != nil
+		w.used = append(w.used, k)
+		return clone(kv), nil
+	}
+	if o, ok := w.newest(k, maxRev); ok {
+		kv, _ := o.live()
+		return clone(kv), nil
+	}
+	if err := w.baseRead(ctx); err != nil {
+		return nil, err
 	}
 	kv, err := w.view.base.Get(ctx, key)
-	if err == nil {
-		w.seen[string(key)] = kv != nil
+	if err != nil {
+		return nil, err
 	}
-	return kv, err
+	w.seen[k] = kv != nil
+	// A copy: the caller may change the row it gets.
+	w.fills[k] = clone(kv)
+	return kv, nil
+}
+
+// baseRead opens the transaction's read of the base, if it has none yet,
+// and leaves in its view only the batches that read does not hold. The
+// base may have taken in flushes since the transaction began; the writer
+// lock keeps any batch from being added meanwhile, so the batches after
+// its applied index are still all in w.tail.
+func (w *writeTx) baseRead(ctx context.Context) error {
+	if w.view.base != nil {
+		return nil
+	}
+	base, err := w.b.base.BeginRead(ctx)
+	if err != nil {
+		return fmt.Errorf("memtail: read the storage: %w", err)
+	}
+	v, err := w.b.newView(ctx, base, w.tail)
+	if err != nil {
+		return errors.Join(err, base.Rollback())
+	}
+	v.batches = append(v.batches[:len(v.batches):len(v.batches)], w.open)
+	w.view = *v
+	return nil
 }
 
 // SetRevisions implements mvcc.WriteTx.
@@ -205,49 +281,106 @@ func (w *writeTx) CompactBatch(ctx context.Context, compacted, fromRev, toRev in
 }
 
 // reader is what this transaction reads from: the base's transaction once
-// a CompactBatch made it one, else the view.
-func (w *writeTx) reader() mvcc.ReadTx {
+// a CompactBatch made it one, else the view, with its read of the base.
+func (w *writeTx) reader(ctx context.Context) (mvcc.ReadTx, error) {
 	if w.direct != nil {
-		return w.direct
+		return w.direct, nil
 	}
-	return &w.view
+	if err := w.baseRead(ctx); err != nil {
+		return nil, err
+	}
+	return &w.view, nil
 }
 
-// Revisions implements mvcc.ReadTx.
+// Revisions implements mvcc.ReadTx: the newest batch that set them, else
+// the Backend's record of the head, else the base's.
 func (w *writeTx) Revisions(ctx context.Context) (int64, int64, error) {
-	return w.reader().Revisions(ctx)
+	if w.direct != nil {
+		return w.direct.Revisions(ctx)
+	}
+	for i := len(w.batches) - 1; i >= 0; i-- {
+		if bt := w.batches[i]; bt.revs >= 0 {
+			o := &bt.ops[bt.revs]
+			return o.current, o.compacted, nil
+		}
+	}
+	if h := w.b.head; h.known {
+		return h.current, h.compacted, nil
+	}
+	if err := w.baseRead(ctx); err != nil {
+		return 0, 0, err
+	}
+	cur, comp, err := w.view.Revisions(ctx)
+	if err == nil {
+		// No batch set them since the base's state: the base's are the
+		// head's, whether or not this transaction commits.
+		w.b.head = headRevisions{current: cur, compacted: comp, known: true}
+	}
+	return cur, comp, err
 }
 
 // Count implements mvcc.ReadTx.
 func (w *writeTx) Count(ctx context.Context, key, end []byte, rev int64) (int64, error) {
-	return w.reader().Count(ctx, key, end, rev)
+	r, err := w.reader(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return r.Count(ctx, key, end, rev)
 }
 
 // Changes implements mvcc.ReadTx.
 func (w *writeTx) Changes(ctx context.Context, fromRev, toRev int64, limit int, withPrev bool) ([]mvcc.Change, error) {
-	return w.reader().Changes(ctx, fromRev, toRev, limit, withPrev)
+	r, err := w.reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.Changes(ctx, fromRev, toRev, limit, withPrev)
 }
 
 // Leases implements mvcc.ReadTx.
-func (w *writeTx) Leases(ctx context.Context) ([]mvcc.Lease, error) { return w.reader().Leases(ctx) }
+func (w *writeTx) Leases(ctx context.Context) ([]mvcc.Lease, error) {
+	r, err := w.reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.Leases(ctx)
+}
 
 // Lease implements mvcc.ReadTx.
 func (w *writeTx) Lease(ctx context.Context, id int64) (mvcc.Lease, bool, error) {
-	return w.reader().Lease(ctx, id)
+	r, err := w.reader(ctx)
+	if err != nil {
+		return mvcc.Lease{}, false, err
+	}
+	return r.Lease(ctx, id)
 }
 
 // Alarms implements mvcc.ReadTx.
 func (w *writeTx) Alarms(ctx context.Context) ([]*pb.AlarmMember, error) {
-	return w.reader().Alarms(ctx)
+	r, err := w.reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.Alarms(ctx)
 }
 
 // LeaseKeys implements mvcc.ReadTx.
 func (w *writeTx) LeaseKeys(ctx context.Context, id int64) ([][]byte, error) {
-	return w.reader().LeaseKeys(ctx, id)
+	r, err := w.reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.LeaseKeys(ctx, id)
 }
 
 // AuthState implements mvcc.ReadTx.
-func (w *writeTx) AuthState(ctx context.Context) ([]byte, error) { return w.reader().AuthState(ctx) }
+func (w *writeTx) AuthState(ctx context.Context) ([]byte, error) {
+	r, err := w.reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.AuthState(ctx)
+}
 
 // Commit implements mvcc.WriteTx: the batch joins the tail, where every
 // read begun after it sees it; or, after a CompactBatch, it commits
@@ -258,15 +391,46 @@ func (w *writeTx) Commit() error {
 	}
 	defer w.end()
 	if w.err != nil {
+		// Nothing was committed: the row cache stays as it was.
 		return fmt.Errorf("memtail: commit: %w", w.err)
 	}
-	if w.direct != nil {
-		return w.b.commitDirect(w.direct, w.open, w.index)
+	var err error
+	switch {
+	case w.direct != nil:
+		err = w.b.commitDirect(w.direct, w.open, w.index)
+	case len(w.open.ops) > 0:
+		err = w.b.append(w.open, w.index)
 	}
-	if len(w.open.ops) == 0 {
-		return nil
+	if err != nil {
+		// The batch may or may not be in the state now (a base commit
+		// that failed half-way): forget what the writer knew.
+		w.b.rows.reset()
+		w.b.head = headRevisions{}
+		return err
 	}
-	return w.b.append(w.open, w.index)
+	w.remember()
+	return nil
+}
+
+// remember puts in the row cache what the committed transaction read from
+// the base and the rows it left, and records the revisions it set.
+func (w *writeTx) remember() {
+	rows := w.b.rows
+	for k, kv := range w.fills {
+		rows.set(k, kv)
+	}
+	for _, k := range w.used {
+		rows.touch(k)
+	}
+	for k := range w.open.byKey {
+		o, _ := w.open.keyAt(k, maxRev)
+		kv, _ := o.live()
+		rows.set(k, kv)
+	}
+	if w.open.revs >= 0 {
+		o := &w.open.ops[w.open.revs]
+		w.b.head = headRevisions{current: o.current, compacted: o.compacted, known: true}
+	}
 }
 
 // Rollback implements mvcc.WriteTx.
@@ -283,21 +447,45 @@ func (w *writeTx) end() {
 	if w.direct != nil {
 		_ = w.direct.Rollback() // a no-op after its commit
 	}
-	_ = w.base.Rollback()
+	if w.view.base != nil {
+		_ = w.view.base.Rollback()
+	}
 	w.b.unlockWriter()
 }
 
 // Range implements mvcc.ReadTx, remembering the keys a latest read found
 // live (the Store ranges over the keys a delete removes).
+//
+// A range of one key at or above the newest revision (a delete of one
+// key, a txn's compare) is a Get: it is answered from the tail or the row
+// cache when they hold the key, and it does not scan the tail's keys for
+// the ones in range.
 func (w *writeTx) Range(ctx context.Context, key, end []byte, rev, limit int64, keysOnly bool) ([]*mvccpb.KeyValue, error) {
 	if w.direct != nil {
 		return w.direct.Range(ctx, key, end, rev, limit, keysOnly)
+	}
+	cur, _, err := w.Revisions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(end) == 0 && rev >= cur && rev >= w.newestRev {
+		kv, err := w.Get(ctx, key)
+		if err != nil || kv == nil {
+			return nil, err
+		}
+		if keysOnly {
+			kv.Value = nil // Get's row is the caller's
+		}
+		return []*mvccpb.KeyValue{kv}, nil
+	}
+	if err := w.baseRead(ctx); err != nil {
+		return nil, err
 	}
 	kvs, err := w.view.Range(ctx, key, end, rev, limit, keysOnly)
 	if err != nil {
 		return nil, err
 	}
-	if cur, _, _ := w.Revisions(ctx); rev == cur {
+	if rev == cur {
 		for _, kv := range kvs {
 			if _, inTail := w.newest(string(kv.Key), maxRev); !inTail {
 				w.seen[string(kv.Key)] = true
