@@ -254,12 +254,27 @@ func TestRaftSQLMemberListWithMemberDown(t *testing.T) {
 // others'; the cluster goes on, and the member restarted replays the
 // entry from its WAL and converges. The fault (the kite-only fail-apply
 // test hook) fails the next Put statement inside the SQLite transaction
-// that applies the entry, as a real storage error would.
+// that applies the entry, as a real storage error would; with
+// --experimental-sqlite-log-commit the entry is applied in memory first
+// and the fault fails the flush that moves it into SQLite, which must
+// stop the member the same way.
 func TestRaftSQLApplyFailureStopsMember(t *testing.T) {
 	if againstEtcd {
 		t.Skip("the fault is a kite test hook")
 	}
-	c := startCluster(t, 3)
+	for _, tc := range []struct {
+		name  string
+		flags []string
+	}{
+		{"apply commits SQLite", nil},
+		{"applied behind", []string{"--experimental-sqlite-log-commit"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { applyFailureStopsMember(t, tc.flags) })
+	}
+}
+
+func applyFailureStopsMember(t *testing.T, flags []string) {
+	c := startClusterWith(t, 3, flags...)
 	ctx := testCtx(t, time.Minute)
 	l := c.leaderIndex(t)
 	others := c.others(l)

@@ -136,25 +136,33 @@ func tearKiteLog(t *testing.T, dir string) {
 // unsynced behind the raft WAL, loses its last committed transaction, as
 // a power loss loses what was never synced: the member replays the
 // entries after its applied index from the raft WAL. Either way it
-// converges to the others' HashKV and has every acknowledged write.
+// converges to the others' HashKV and has every acknowledged write. With
+// --experimental-sqlite-log-commit the members apply into memory and
+// SQLite behind it: the SIGKILL loses the entries in memory as well, and
+// the same replay brings them back.
 func TestTornTailRaftSQL(t *testing.T) {
 	if againstEtcd {
 		t.Skip("the damage is to kite's raft WAL and SQLite files")
 	}
+	tearRaft := func(t *testing.T, dataDir string) bool {
+		tearRaftWAL(t, filepath.Join(dataDir, "member", "wal"))
+		return true
+	}
+	tearSQLite := func(t *testing.T, dataDir string) bool {
+		return tearSQLiteWALCommit(t, filepath.Join(dataDir, "kite.db-wal"))
+	}
 	for _, tc := range []struct {
-		name string
-		tear func(t *testing.T, dataDir string) bool
+		name  string
+		flags []string
+		tear  func(t *testing.T, dataDir string) bool
 	}{
-		{"raft WAL", func(t *testing.T, dataDir string) bool {
-			tearRaftWAL(t, filepath.Join(dataDir, "member", "wal"))
-			return true
-		}},
-		{"SQLite WAL", func(t *testing.T, dataDir string) bool {
-			return tearSQLiteWALCommit(t, filepath.Join(dataDir, "kite.db-wal"))
-		}},
+		{"raft WAL", nil, tearRaft},
+		{"SQLite WAL", nil, tearSQLite},
+		{"raft WAL, applied behind", []string{"--experimental-sqlite-log-commit"}, tearRaft},
+		{"SQLite WAL, applied behind", []string{"--experimental-sqlite-log-commit"}, tearSQLite},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := startCluster(t, 3)
+			c := startClusterWith(t, 3, tc.flags...)
 			ctx := testCtx(t, 3*time.Minute)
 			l := c.leaderIndex(t)
 			f := c.members[c.others(l)[0]]

@@ -192,7 +192,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.IntVar(&f.datastoreMaxOpenConns, "datastore-max-open-connections", 0, "Most connections to a database server (0: the driver's default).")
 	fs.IntVar(&f.datastoreMaxIdleConns, "datastore-max-idle-connections", 0, "Connections to a database server kept open while idle (0: the driver's default).")
 	fs.DurationVar(&f.datastoreConnMaxLifetime, "datastore-connection-max-lifetime", 0, "Longest a database server connection is reused (0: the driver's default).")
-	fs.BoolVar(&f.experimentalLogCommit, "experimental-sqlite-log-commit", false, "In sqlite mode: acknowledge a write once kite's own log (kite.db.log next to the database) has synced it, and apply it to SQLite in batches behind the log (pkg/mvcc/memtail). Measured, not yet faster: see docs/benchmarks.md. Started without it, kite first applies what such a log still holds and removes it.")
+	fs.BoolVar(&f.experimentalLogCommit, "experimental-sqlite-log-commit", false, "In sqlite mode: acknowledge a write once kite's own log (kite.db.log next to the database) has synced it, and apply it to SQLite in batches behind the log (pkg/mvcc/memtail). Started without it, kite first applies what such a log still holds and removes it. In raftsql mode, where the raft WAL is the commit point: apply committed entries into memory and move them into SQLite in batches behind the apply. Measured, not yet faster: see docs/benchmarks.md.")
 	fs.StringVar(&f.datastoreWakeListen, "datastore-wake-listen", "", "On MySQL: the host:port where this server takes the other kite servers' wake-ups after their commits; they must reach it (default: the host of the first advertised client URL, any port).")
 	fs.Usage = func() { printUsage(fs.Output(), fs) }
 	return fs

@@ -61,7 +61,9 @@ type Config struct {
 	// by Open.
 	SQLite sqlite.Options
 	// LogCommit makes kite's own log the commit point in sqlite mode
-	// (--experimental-sqlite-log-commit, see openSQLite).
+	// (--experimental-sqlite-log-commit, see openSQLite); in raftsql mode,
+	// whose raft WAL already is the commit point, it applies committed
+	// entries to SQLite in batches behind it (raftsql.Config.ApplyBehind).
 	LogCommit bool
 	Logger    *slog.Logger
 }
@@ -148,6 +150,7 @@ func Open(ctx context.Context, cfg Config) (mvcc.Backend, error) {
 			rc = *cfg.Raft
 		}
 		rc.DataDir, rc.Logger, rc.SQLite = cfg.DataDir, log, cfg.SQLite
+		rc.ApplyBehind = cfg.LogCommit
 		n, err := raftsql.Open(ctx, rc)
 		if err != nil {
 			return nil, fmt.Errorf("open raftsql member: %w", err)

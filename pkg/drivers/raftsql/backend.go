@@ -2,8 +2,10 @@ package raftsql
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/kite-db/kite/pkg/drivers/sqlite"
 	"github.com/kite-db/kite/pkg/mvcc"
+	"github.com/kite-db/kite/pkg/mvcc/memtail"
 )
 
 // localDB is the node's SQLite database, which a snapshot from the leader
@@ -19,28 +22,66 @@ import (
 // replacement waits until none is open, so no reader ever sees a file
 // swapped under it, then lets new transactions in on the new file.
 type localDB struct {
-	path string
-	opts sqlite.Options
+	path   string
+	opts   sqlite.Options
+	behind bool // served through a memtail (Config.ApplyBehind)
+	log    *slog.Logger
+	// flushFailed stops the member when entries applied in memory cannot
+	// reach SQLite (a full disk), as a failed apply does: it must not
+	// serve past entries it may never hold; a restart replays them.
+	flushFailed func(error)
 
 	mu        sync.Mutex
 	idle      *sync.Cond // signalled when open reaches 0 or replacing ends
-	b         *sqlite.Backend
+	b         memberDB
+	sq        *sqlite.Backend // the SQLite under b (b itself without a memtail)
 	open      int
 	replacing bool
 }
 
-func openLocalDB(ctx context.Context, path string, opts sqlite.Options) (*localDB, error) {
-	b, err := sqlite.Open(ctx, path, opts)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	d := &localDB{path: path, opts: opts, b: b}
+// memberDB is what a member's transactions go through: its SQLite
+// backend, or a memtail over it that holds the newest applied entries in
+// memory. AppliedIndex is the newest entry it holds (a restart resumes
+// after the one SQLite holds); Sync makes everything it holds durable in
+// SQLite, before the WAL before it is released.
+type memberDB interface {
+	mvcc.Backend
+	AppliedIndex(ctx context.Context) (uint64, error)
+	Sync() error
+}
+
+func openLocalDB(ctx context.Context, path string, opts sqlite.Options, behind bool, log *slog.Logger, flushFailed func(error)) (*localDB, error) {
+	d := &localDB{path: path, opts: opts, behind: behind, log: log, flushFailed: flushFailed}
 	d.idle = sync.NewCond(&d.mu)
+	if err := d.openDB(ctx); err != nil {
+		return nil, err
+	}
 	return d, nil
 }
 
+// openDB opens the database file at d.path, behind a memtail if d says
+// so, as d.b and d.sq.
+func (d *localDB) openDB(ctx context.Context) error {
+	sq, err := sqlite.Open(ctx, d.path, d.opts)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", d.path, err)
+	}
+	var b memberDB = sq
+	if d.behind {
+		// No log of memtail's own: the raft WAL is the log, replayed
+		// from the index SQLite holds.
+		t, err := memtail.Open(ctx, sq, memtail.Options{Logger: d.log, Numbered: true, FlushFailed: d.flushFailed})
+		if err != nil {
+			return errors.Join(fmt.Errorf("open %s: %w", d.path, err), sq.Close())
+		}
+		b = t
+	}
+	d.b, d.sq = b, sq
+	return nil
+}
+
 // acquire returns the current database and counts a user of it.
-func (d *localDB) acquire() *sqlite.Backend {
+func (d *localDB) acquire() memberDB {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for d.replacing {
@@ -93,11 +134,9 @@ func (d *localDB) replace(ctx context.Context, received string) error {
 	if err := syncDir(filepath.Dir(d.path)); err != nil {
 		return err
 	}
-	b, err := sqlite.Open(ctx, d.path, d.opts)
-	if err != nil {
+	if err := d.openDB(ctx); err != nil {
 		return fmt.Errorf("open restored database: %w", err)
 	}
-	d.b = b
 	return nil
 }
 

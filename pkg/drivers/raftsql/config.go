@@ -67,7 +67,14 @@ type Config struct {
 	// SQLite tunes the member's database (page caches and mappings); its
 	// Logger and NoCommitSync are set by the member.
 	SQLite sqlite.Options
-	Logger *slog.Logger
+	// ApplyBehind applies committed entries into memory (pkg/mvcc/memtail)
+	// and moves them into SQLite in large transactions behind the apply,
+	// instead of one SQLite commit per apply batch before the client is
+	// answered: the raft WAL already makes them durable, and the WAL is
+	// released only once SQLite holds them synced. Experimental
+	// (--experimental-sqlite-log-commit).
+	ApplyBehind bool
+	Logger      *slog.Logger
 }
 
 // Defaults are etcd's.

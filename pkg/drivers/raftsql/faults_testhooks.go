@@ -32,8 +32,10 @@ func (n *Node) handleFaults(mux *http.ServeMux) {
 			http.Error(w, "POST only", http.StatusMethodNotAllowed)
 			return
 		}
-		b := n.db.acquire()
-		b.FailNextWrite(errTestApplyFault)
+		// The SQLite under a memtail too: its flush then fails, which
+		// fails the next apply as well.
+		n.db.acquire()
+		n.db.sq.FailNextWrite(errTestApplyFault)
 		n.db.release()
 		n.log.Warn("test fault: the next write to the database fails")
 	})

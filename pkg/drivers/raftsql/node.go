@@ -153,7 +153,9 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.waits = newWaitList()
 	n.reads = newReadBarrier(n)
 
-	if n.db, err = openLocalDB(ctx, dbPath, localDBOptions(cfg)); err != nil {
+	if n.db, err = openLocalDB(ctx, dbPath, localDBOptions(cfg), cfg.ApplyBehind, n.log, func(err error) {
+		n.fail(fmt.Errorf("apply committed entries to the database: %w", err))
+	}); err != nil {
 		return nil, err
 	}
 	applied, err := n.appliedIndex(ctx)

@@ -2,6 +2,7 @@ package raftsql
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -22,10 +23,15 @@ func oneMember(dir string) Config {
 
 // oneMemberOpeners starts single-member clusters in fresh directories, and
 // restarts one from its WAL and SQLite file, for the suites that restart
-// their storage.
-func oneMemberOpeners() (open func(t *testing.T) mvcc.Backend, reopen func(t *testing.T, b mvcc.Backend) mvcc.Backend) {
+// their storage; behind sets Config.ApplyBehind.
+func oneMemberOpeners(behind bool) (open func(t *testing.T) mvcc.Backend, reopen func(t *testing.T, b mvcc.Backend) mvcc.Backend) {
+	config := func(dir string) Config {
+		c := oneMember(dir)
+		c.ApplyBehind = behind
+		return c
+	}
 	open = func(t *testing.T) mvcc.Backend {
-		n, err := Open(context.Background(), oneMember(t.TempDir()))
+		n, err := Open(context.Background(), config(t.TempDir()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,7 +43,7 @@ func oneMemberOpeners() (open func(t *testing.T) mvcc.Backend, reopen func(t *te
 		if err := b.Close(); err != nil {
 			t.Fatalf("Close: %v", err)
 		}
-		n, err := Open(context.Background(), oneMember(dir))
+		n, err := Open(context.Background(), config(dir))
 		if err != nil {
 			t.Fatalf("reopen: %v", err)
 		}
@@ -51,8 +57,12 @@ func oneMemberOpeners() (open func(t *testing.T) mvcc.Backend, reopen func(t *te
 // (the local SQLite behind the holder a received snapshot swaps), before
 // and after a restart from its WAL.
 func TestConformance(t *testing.T) {
-	open, reopen := oneMemberOpeners()
-	backendtest.Run(t, open, backendtest.WithReopen(reopen))
+	for _, behind := range []bool{false, true} {
+		t.Run(fmt.Sprintf("apply behind %v", behind), func(t *testing.T) {
+			open, reopen := oneMemberOpeners(behind)
+			backendtest.Run(t, open, backendtest.WithReopen(reopen))
+		})
+	}
 }
 
 // TestIDsAreEtcds: member and cluster IDs are computed as etcd computes

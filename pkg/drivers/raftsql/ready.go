@@ -119,8 +119,9 @@ func (n *Node) Metrics() (leaderChanges uint64, proposalsPending int64, proposal
 }
 
 // ObserveCommits makes every commit of the member's database (the apply
-// of committed entries) report its duration to observe, also after the
-// database is replaced by a snapshot from the leader. nil stops it.
+// of committed entries, or with Config.ApplyBehind the flush of many)
+// report its duration to observe, also after the database is replaced by
+// a snapshot from the leader. nil stops it.
 func (n *Node) ObserveCommits(observe func(time.Duration)) {
 	d := n.db
 	d.mu.Lock()
@@ -131,7 +132,7 @@ func (n *Node) ObserveCommits(observe func(time.Duration)) {
 		d.idle.Wait()
 	}
 	d.opts.ObserveCommit = observe
-	d.b.ObserveCommits(observe)
+	d.sq.ObserveCommits(observe)
 }
 
 // applyJob is committed entries for the apply loop; done, if set, is

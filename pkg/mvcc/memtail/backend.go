@@ -58,6 +58,19 @@ type Options struct {
 	// ReleaseInterval is how often the base is synced so that the log
 	// before it can be dropped (10 s).
 	ReleaseInterval time.Duration
+	// Numbered says the caller's own log numbers every batch it feeds
+	// (SetAppliedIndex; raftsql's entries), with no LogDir: a batch
+	// without an index is then the caller's maintenance, outside its log
+	// (a physical compaction step, a Store's bootstrap), takes no number
+	// and goes to the base directly, since the tail orders batches by
+	// number.
+	Numbered bool
+	// FlushFailed, if set, is told of every flush that failed. A caller
+	// whose log the tail replays can stop there, as etcd stops when its
+	// backend cannot commit (raftsql stops the member; it replays the
+	// entries after a restart); without it writes are refused until a
+	// flush succeeds.
+	FlushFailed func(error)
 	// RowCacheBytes bounds the writer's cache of the newest rows of the
 	// keys it touched last (16 MiB, what kite's default memory budget
 	// gives the recent watch events; negative: no cache). It saves the
@@ -151,6 +164,9 @@ func Open(ctx context.Context, base Base, opts Options) (*Backend, error) {
 		lastIndex: idx, flushed: idx, released: idx,
 		kick: make(chan struct{}, 1),
 		stop: make(chan struct{}),
+	}
+	if opts.LogDir != "" && opts.Numbered {
+		return nil, errors.New("memtail: a log of its own numbers its batches itself (Options.Numbered with LogDir)")
 	}
 	if opts.LogDir != "" {
 		if _, ok := base.(syncer); !ok {
@@ -343,6 +359,9 @@ func (b *Backend) number(index uint64) (uint64, error) {
 		return 0, b.flushErr
 	}
 	if index == 0 {
+		if b.opts.Numbered {
+			return b.lastIndex, nil
+		}
 		index = b.lastIndex + 1
 	}
 	if index <= b.lastIndex {
@@ -367,6 +386,12 @@ func (b *Backend) numberAndLog(bt *batch, index uint64) (uint64, error) {
 // end of the tail, where reads see it: a read never sees a write a crash
 // could take back.
 func (b *Backend) append(bt *batch, index uint64) error {
+	if index == 0 && b.opts.Numbered {
+		if len(bt.ops) == 0 {
+			return nil
+		}
+		return b.applyUnnumbered(bt)
+	}
 	index, err := b.numberAndLog(bt, index)
 	if err != nil {
 		return err
@@ -386,6 +411,31 @@ func (b *Backend) append(bt *batch, index uint64) error {
 		}
 	}
 	return nil
+}
+
+// applyUnnumbered applies bt, a batch outside the caller's numbered log
+// (Options.Numbered), to the base at once: the tail is flushed first and
+// the base records the newest number again, so the tail never holds a
+// batch it cannot order. Such batches are rare (a Store's bootstrap, a
+// maintenance step), and the writer lock keeps others out meanwhile.
+func (b *Backend) applyUnnumbered(bt *batch) error {
+	ctx := context.Background()
+	if err := b.flush(ctx); err != nil {
+		return err
+	}
+	tx, err := b.base.BeginWrite(ctx)
+	if err != nil {
+		return fmt.Errorf("memtail: write a batch outside the log: %w", err)
+	}
+	for i := range bt.ops {
+		if err := bt.ops[i].replay(ctx, tx); err != nil {
+			return errors.Join(err, tx.Rollback())
+		}
+	}
+	b.mu.Lock()
+	index := b.lastIndex
+	b.mu.Unlock()
+	return commitAt(ctx, tx, index)
 }
 
 // commitDirect commits tx, a transaction of the base begun with the tail

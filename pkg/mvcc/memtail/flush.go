@@ -84,6 +84,9 @@ func (b *Backend) flush(ctx context.Context) error {
 		b.mu.Lock()
 		b.flushErr = err
 		b.mu.Unlock()
+		if b.opts.FlushFailed != nil {
+			b.opts.FlushFailed(err)
+		}
 		return err
 	}
 	b.mu.Lock()
