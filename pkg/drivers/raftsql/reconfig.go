@@ -118,6 +118,9 @@ func (n *Node) publish() {
 // MemberAdd: the new member then starts with --initial-cluster-state
 // existing. It returns the new member and the members after the change.
 func (n *Node) AddMember(ctx context.Context, peerURLs []string, learner bool) (*pb.Member, []*pb.Member, error) {
+	if err := n.appliedCommitted(ctx); err != nil {
+		return nil, nil, err
+	}
 	m := member{ID: newMemberID(peerURLs, time.Now()), PeerURLs: slices.Clone(peerURLs), IsLearner: learner}
 	if !learner {
 		if err := n.mayAddVoter(); err != nil {
@@ -138,6 +141,9 @@ func (n *Node) AddMember(ctx context.Context, peerURLs []string, learner bool) (
 // RemoveMember removes member id, as etcd's MemberRemove; the removed
 // member stops once it learns of it.
 func (n *Node) RemoveMember(ctx context.Context, id uint64) ([]*pb.Member, error) {
+	if err := n.appliedCommitted(ctx); err != nil {
+		return nil, err
+	}
 	if err := n.mayRemove(id); err != nil {
 		return nil, err
 	}
@@ -150,6 +156,9 @@ func (n *Node) RemoveMember(ctx context.Context, id uint64) ([]*pb.Member, error
 
 // UpdateMember changes member id's peer URLs, as etcd's MemberUpdate.
 func (n *Node) UpdateMember(ctx context.Context, id uint64, peerURLs []string) ([]*pb.Member, error) {
+	if err := n.appliedCommitted(ctx); err != nil {
+		return nil, err
+	}
 	b, _ := json.Marshal(confChangeContext{member: member{ID: id, PeerURLs: slices.Clone(peerURLs)}})
 	cc := &raftpb.ConfChange{Type: raftpb.ConfChangeType_ConfChangeUpdateNode.Enum(), NodeId: new(id), Context: b}
 	if err := n.configure(ctx, cc); err != nil {
@@ -165,6 +174,9 @@ func (n *Node) PromoteMember(ctx context.Context, id uint64) ([]*pb.Member, erro
 	if n.lead.Load() != n.id {
 		return n.promoteAtLeader(ctx, id)
 	}
+	if err := n.appliedCommitted(ctx); err != nil {
+		return nil, err
+	}
 	if err := n.mayPromote(id); err != nil {
 		return nil, err
 	}
@@ -175,6 +187,22 @@ func (n *Node) PromoteMember(ctx context.Context, id uint64) ([]*pb.Member, erro
 		return nil, err
 	}
 	return n.Members(), nil
+}
+
+// appliedCommitted waits until this member has applied every entry
+// committed so far (a ReadIndex round), before a membership change is
+// checked against the members as applied and proposed. Without it, a
+// change made through another member moments ago may not be applied here
+// yet: the checks would miss it (a promote of a just-added learner is
+// "member not found") and raft would drop a second change proposed while
+// the first is still unapplied, so the request would only time out.
+func (n *Node) appliedCommitted(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, n.requestTimeout())
+	defer cancel()
+	if err := n.ReadBarrier(cctx); err != nil {
+		return n.proposalError(ctx, err)
+	}
+	return nil
 }
 
 // configure proposes a configuration change and waits until this member
