@@ -60,21 +60,8 @@ func TestTornTailSQLite(t *testing.T) {
 			dir := t.TempDir()
 			k := startKiteIn(t, dir, tc.flags...)
 			ctx := testCtx(t, 3*time.Minute)
-			var acks []ack
-			// A kill can land while SQLite writes the first transaction
-			// of a WAL the checkpointer just reset: the WAL then holds no
-			// commit of its generation and there is nothing to tear. Kill
-			// again after a restart; every round's writes must survive.
-			for round := 1; ; round++ {
-				acks = append(acks, writeThenKill(ctx, t, []*kiteProcess{k}, fmt.Sprintf("/torn/sqlite/r%d/", round), k)...)
-				if tc.tear(t, dir) {
-					break
-				}
-				if round == 5 {
-					t.Fatalf("%d kills left nothing to tear", round)
-				}
-				k.Restart()
-			}
+			acks := killUntilTorn(ctx, t, []*kiteProcess{k}, "/torn/sqlite/", k, k.Restart,
+				func() bool { return tc.tear(t, dir) })
 			if tc.restart != nil {
 				k.flags = slices.DeleteFunc(slices.Clone(k.flags), func(f string) bool { return f == logCommit })
 			}
@@ -166,25 +153,35 @@ func TestTornTailRaftSQL(t *testing.T) {
 			ctx := testCtx(t, 3*time.Minute)
 			l := c.leaderIndex(t)
 			f := c.members[c.others(l)[0]]
-			var acks []ack
-			// As in TestTornTailSQLite: a kill inside the first
-			// transaction of a reset SQLite WAL leaves nothing to tear.
-			for round := 1; ; round++ {
-				acks = append(acks, writeThenKill(ctx, t, c.procs(l), fmt.Sprintf("/torn/%s/r%d/", tc.name, round), f.kiteProcess)...)
-				if tc.tear(t, f.dataDir) {
-					break
-				}
-				if round == 5 {
-					t.Fatalf("%d kills left nothing to tear", round)
-				}
-				f.Restart()
-			}
+			acks := killUntilTorn(ctx, t, c.procs(l), fmt.Sprintf("/torn/%s/", tc.name), f.kiteProcess, f.Restart,
+				func() bool { return tc.tear(t, f.dataDir) })
 			f.Restart()
 			last := mustRev(t, c.members[l].kiteProcess)
 			waitApplied(t, c, last)
 			sameHashKV(t, ctx, c, last)
 			checkAcks(ctx, t, f.kiteProcess, acks)
 		})
+	}
+}
+
+// killUntilTorn writes through ks and kills victim (writeThenKill) until
+// tear finds something to tear, restarting victim between rounds, and
+// returns every round's acknowledged writes. A kill can land while SQLite
+// writes the first transaction of a WAL the checkpointer just reset: the
+// WAL then holds no commit of its generation, a legal state with nothing
+// to tear, so the round is tried again (at most 5).
+func killUntilTorn(ctx context.Context, t *testing.T, ks []*kiteProcess, prefix string, victim *kiteProcess, restart func(), tear func() bool) []ack {
+	t.Helper()
+	var acks []ack
+	for round := 1; ; round++ {
+		acks = append(acks, writeThenKill(ctx, t, ks, fmt.Sprintf("%sr%d/", prefix, round), victim)...)
+		if tear() {
+			return acks
+		}
+		if round == 5 {
+			t.Fatalf("%d kills left nothing to tear", round)
+		}
+		restart()
 	}
 }
 

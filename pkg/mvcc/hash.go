@@ -39,16 +39,10 @@ func (s *Store) HashKV(ctx context.Context, rev int64) (*pb.HashKVResponse, erro
 	if err != nil {
 		return nil, fmt.Errorf("hash: %w", err)
 	}
-	// etcd's compacted revision starts at -1, and HashKV reports it as is
-	// until the first compaction; kite stores 0 for "never compacted".
-	compactRev := compacted
-	if compactRev == 0 {
-		compactRev = -1
-	}
 	return &pb.HashKVResponse{
 		Header:          &pb.ResponseHeader{Revision: current},
 		Hash:            h.Sum32(),
-		CompactRevision: compactRev,
+		CompactRevision: etcdCompacted(compacted),
 		HashRevision:    rev,
 	}, nil
 }

@@ -146,23 +146,26 @@ func cmpInt(a, b int64) int {
 
 // checkTxnRangeRevision is etcd's check of a range inside a txn, which
 // differs from a plain Range's for negative revisions: etcd compares them
-// with its first revision, -1 until the first compaction and the
-// compacted revision after, so a range at -1 fails with ErrCompacted once
-// anything was compacted (and one below -1 always does). kite stores 0
-// for "never compacted".
+// with its compacted revision (etcdCompacted), so a range at -1 fails with
+// ErrCompacted once anything was compacted (and one below -1 always does).
 func checkTxnRangeRevision(rev, current, compacted int64) error {
 	if rev < 0 {
-		first := compacted
-		if first == 0 {
-			first = -1
-		}
-		if rev < first {
+		if rev < etcdCompacted(compacted) {
 			return ErrCompacted
 		}
 		return nil
 	}
 	_, err := checkRevision(rev, current, compacted)
 	return err
+}
+
+// etcdCompacted is the compacted revision as etcd holds it: -1 until the
+// first compaction, where kite stores 0.
+func etcdCompacted(compacted int64) int64 {
+	if compacted == 0 {
+		return -1
+	}
+	return compacted
 }
 
 // checkTxn validates the chosen operations before any write, so a rejected

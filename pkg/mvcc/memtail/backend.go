@@ -427,15 +427,10 @@ func (b *Backend) applyUnnumbered(bt *batch) error {
 	if err != nil {
 		return fmt.Errorf("memtail: write a batch outside the log: %w", err)
 	}
-	for i := range bt.ops {
-		if err := bt.ops[i].replay(ctx, tx); err != nil {
-			return errors.Join(err, tx.Rollback())
-		}
-	}
 	b.mu.Lock()
-	index := b.lastIndex
+	bt.index = b.lastIndex
 	b.mu.Unlock()
-	return commitAt(ctx, tx, index)
+	return b.apply(ctx, tx, []*batch{bt})
 }
 
 // commitDirect commits tx, a transaction of the base begun with the tail
