@@ -72,8 +72,8 @@ type Options struct {
 	// flush succeeds.
 	FlushFailed func(error)
 	// RowCacheBytes bounds the writer's cache of the newest rows of the
-	// keys it touched last (16 MiB, what kite's default memory budget
-	// gives the recent watch events; negative: no cache). It saves the
+	// keys it touched last (16 MiB; kite passes its share of
+	// --memory-budget, 16 MiB of the default; negative: no cache). It saves the
 	// writer a read of the base for the row a put replaces or a delete
 	// removes; the values it holds after their batch is flushed are
 	// memory the tail would no longer keep, and the Go heap's growth
@@ -122,6 +122,9 @@ type Backend struct {
 	// lately (rowcache.go); head, when known, the newest revisions.
 	rows *rowCache
 	head headRevisions
+	// live knows which keys are certainly not live (livekeys.go); it is
+	// the writer's too.
+	live *liveKeys
 
 	mu sync.Mutex // guards the fields below
 	// tail holds the committed batches the base does not hold yet, oldest
@@ -175,6 +178,12 @@ func Open(ctx context.Context, base Base, opts Options) (*Backend, error) {
 		if err := b.replay(ctx, idx); err != nil {
 			return nil, err
 		}
+	}
+	if b.live, err = loadLiveKeys(ctx, base); err != nil {
+		if b.wal != nil {
+			err = errors.Join(err, b.wal.close())
+		}
+		return nil, err
 	}
 	b.wg.Add(1)
 	go b.flushLoop()
@@ -338,7 +347,7 @@ func (b *Backend) BeginWrite(ctx context.Context) (mvcc.WriteTx, error) {
 	// base is read only if a read needs it (writeTx.baseRead).
 	batches := append(tail[:len(tail):len(tail)], open)
 	return &writeTx{view: view{batches: batches}, b: b, open: open, tail: tail,
-		seen: map[string]bool{}, fills: map[string]*mvccpb.KeyValue{}}, nil
+		seen: map[string]bool{}, fills: map[string]*mvccpb.KeyValue{}, before: map[string]bool{}}, nil
 }
 
 // headRevisions are the newest committed revisions, if known.

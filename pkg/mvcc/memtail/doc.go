@@ -32,5 +32,7 @@
 // from the tail, else from the base, whose read it opens only then. The
 // cache is exact because every change goes through the one writer and
 // the cache changes only when a batch is committed; it is bounded, and a
-// key it does not hold is read as before.
+// key it does not hold is read as before. A key that is not live at all
+// (a creation) is not read either: the writer knows every live key by a
+// hash (livekeys.go), loaded from the base when the Backend opens.
 package memtail

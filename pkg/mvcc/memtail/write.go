@@ -47,6 +47,9 @@ type writeTx struct {
 	// it was.
 	fills map[string]*mvccpb.KeyValue
 	used  []string
+	// before: whether each key the transaction changed was live before
+	// it, for the live-key set once it commits.
+	before map[string]bool
 	// err is the first refused change: the transaction commits nothing.
 	err  error
 	done bool
@@ -91,6 +94,9 @@ type changeChecker interface {
 // Put implements mvcc.WriteTx.
 func (w *writeTx) Put(ctx context.Context, kv *mvccpb.KeyValue, sub int64) error {
 	live, err := w.liveBefore(ctx, kv.Key, kv.Version)
+	if err == nil {
+		err = w.noteBefore(ctx, kv.Key, live)
+	}
 	if err != nil {
 		return err
 	}
@@ -101,6 +107,9 @@ func (w *writeTx) Put(ctx context.Context, kv *mvccpb.KeyValue, sub int64) error
 // Delete implements mvcc.WriteTx.
 func (w *writeTx) Delete(ctx context.Context, key []byte, rev, sub int64) error {
 	live, err := w.liveBefore(ctx, key, 0)
+	if err == nil {
+		err = w.noteBefore(ctx, key, live)
+	}
 	if err != nil {
 		return err
 	}
@@ -131,6 +140,9 @@ func (w *writeTx) liveBefore(ctx context.Context, key []byte, version int64) (bo
 	if live, ok := w.seen[k]; ok {
 		return live, nil
 	}
+	if !w.b.live.mayHold(k) {
+		return false, nil
+	}
 	if err := w.baseRead(ctx); err != nil {
 		w.err = err
 		return false, err
@@ -143,8 +155,40 @@ func (w *writeTx) liveBefore(ctx context.Context, key []byte, version int64) (bo
 	return kv != nil, nil
 }
 
+// noteBefore records, at the transaction's first change of key, whether
+// the key was live before the transaction (live, as liveBefore found it).
+// A transaction turned into one of the base (CompactBatch) asks the base:
+// liveBefore does not read there.
+func (w *writeTx) noteBefore(ctx context.Context, key []byte, live bool) error {
+	k := string(key)
+	if _, ok := w.before[k]; ok {
+		return nil
+	}
+	if w.direct != nil {
+		kv, err := w.direct.Get(ctx, key)
+		if err != nil {
+			w.err = err
+			return err
+		}
+		live = kv != nil
+	}
+	w.before[k] = live
+	return nil
+}
+
+// liveAfter says whether key, which the transaction changed, is live at
+// its end.
+func (w *writeTx) liveAfter(key string) bool {
+	if o, ok := w.open.keyAt(key, maxRev); ok {
+		_, live := o.live()
+		return live
+	}
+	return w.before[key]
+}
+
 // Get implements mvcc.ReadTx: from the transaction's own writes, else the
-// row cache, else the tail, else the base, remembering what the base said.
+// row cache, else the tail, else (unless the key is certainly not live)
+// the base, remembering what the base said.
 // The cache holds the newest committed row of a key, as the tail does,
 // but in one lookup instead of one per batch.
 func (w *writeTx) Get(ctx context.Context, key []byte) (*mvccpb.KeyValue, error) {
@@ -164,6 +208,11 @@ func (w *writeTx) Get(ctx context.Context, key []byte) (*mvccpb.KeyValue, error)
 	if o, ok := w.newest(k, maxRev); ok {
 		kv, _ := o.live()
 		return clone(kv), nil
+	}
+	if !w.b.live.mayHold(k) {
+		// A creation: nothing to read.
+		w.seen[k] = false
+		return nil, nil
 	}
 	if err := w.baseRead(ctx); err != nil {
 		return nil, err
@@ -406,8 +455,10 @@ func (w *writeTx) Commit() error {
 		// that failed half-way): forget what the writer knew.
 		w.b.rows.reset()
 		w.b.head = headRevisions{}
+		w.b.live.changed(w.before, w.liveAfter, false)
 		return err
 	}
+	w.b.live.changed(w.before, w.liveAfter, true)
 	w.remember()
 	return nil
 }
