@@ -413,6 +413,7 @@ func (f *serveFlags) datastore(log *slog.Logger) datastore.Config {
 		Raft:            f.raft,
 		SQLite:          f.sqliteOptions(),
 		LogCommit:       f.experimentalLogCommit,
+		RowCacheBytes:   splitMemory(int64(f.memoryBudget)).rowCache,
 		Logger:          log,
 	}
 }

@@ -43,6 +43,10 @@ type memoryShares struct {
 	// watchRing bounds the events of recent revisions the watch hub keeps
 	// for watchers a little behind; it lives in the Go heap's share.
 	watchRing int64
+	// rowCache bounds the writer's cache of the newest rows with
+	// --experimental-sqlite-log-commit (memtail.Options.RowCacheBytes);
+	// it lives in the Go heap's share too.
+	rowCache int64
 	// goHeap is the Go runtime's soft memory limit: the rest of the
 	// budget after the mappings and SQLite's caches.
 	goHeap int64
@@ -55,6 +59,7 @@ const (
 	writerCacheDiv    = 64  //
 	readerCacheDiv    = 256 // each read connection
 	watchRingDiv      = 64  // part of the Go heap's share
+	rowCacheDiv       = 64  // part of the Go heap's share
 	sqliteReadConns   = 4   // the SQLite driver's default read pool
 )
 
@@ -65,6 +70,7 @@ func splitMemory(budget int64) memoryShares {
 		writerCacheKiB: int(budget / writerCacheDiv >> 10),
 		readAhead:      budget / readAheadShareDiv,
 		watchRing:      budget / watchRingDiv,
+		rowCache:       budget / rowCacheDiv,
 	}
 	m.goHeap = budget - budget/mmapShareDiv - sqliteReadConns*budget/readerCacheDiv - budget/writerCacheDiv
 	return m

@@ -42,12 +42,18 @@ func TestMemoryBudgetFlag(t *testing.T) {
 	if got := f.config(nil).WatchRingBytes; got != 16<<20 {
 		t.Fatalf("default watch ring %d, want today's 16 MiB", got)
 	}
+	if got := f.datastore(nil).RowCacheBytes; got != 16<<20 {
+		t.Fatalf("default row cache %d, want memtail's 16 MiB", got)
+	}
 	f, err = parseServeFlags([]string{"--memory-budget", "256MiB"}, env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := f.config(nil).WatchRingBytes; got != 4<<20 {
 		t.Fatalf("256 MiB budget: watch ring %d, want 4 MiB", got)
+	}
+	if got := f.datastore(nil).RowCacheBytes; got != 4<<20 {
+		t.Fatalf("256 MiB budget: row cache %d, want 4 MiB", got)
 	}
 	f, err = parseServeFlags(nil, env(map[string]string{"KITE_MEMORY_BUDGET": "1GiB"}))
 	if err != nil || f.memoryBudget != 1<<30 {
@@ -71,8 +77,8 @@ func TestSplitMemoryStaysInBudget(t *testing.T) {
 		if total > budget || m.goHeap < budget/3 || m.readerMmap <= 0 || m.readerCacheKiB <= 0 || m.readAhead <= 0 {
 			t.Errorf("budget %d: %+v adds up to %d", budget, m, total)
 		}
-		if m.readAhead+m.watchRing > m.goHeap || m.watchRing <= 0 {
-			t.Errorf("budget %d: read-ahead %d and watch ring %d do not fit the heap's share %d", budget, m.readAhead, m.watchRing, m.goHeap)
+		if m.readAhead+m.watchRing+m.rowCache > m.goHeap || m.watchRing <= 0 || m.rowCache <= 0 {
+			t.Errorf("budget %d: read-ahead %d, watch ring %d and row cache %d do not fit the heap's share %d", budget, m.readAhead, m.watchRing, m.rowCache, m.goHeap)
 		}
 	}
 }

@@ -65,7 +65,10 @@ type Config struct {
 	// whose raft WAL already is the commit point, it applies committed
 	// entries to SQLite in batches behind it (raftsql.Config.ApplyBehind).
 	LogCommit bool
-	Logger    *slog.Logger
+	// RowCacheBytes bounds the writer's cache of the newest rows under
+	// LogCommit (memtail.Options.RowCacheBytes; 0: memtail's default).
+	RowCacheBytes int64
+	Logger        *slog.Logger
 }
 
 // Kind returns the kind of storage an endpoint names, or an error for a
@@ -150,7 +153,7 @@ func Open(ctx context.Context, cfg Config) (mvcc.Backend, error) {
 			rc = *cfg.Raft
 		}
 		rc.DataDir, rc.Logger, rc.SQLite = cfg.DataDir, log, cfg.SQLite
-		rc.ApplyBehind = cfg.LogCommit
+		rc.ApplyBehind, rc.RowCacheBytes = cfg.LogCommit, cfg.RowCacheBytes
 		n, err := raftsql.Open(ctx, rc)
 		if err != nil {
 			return nil, fmt.Errorf("open raftsql member: %w", err)
@@ -158,7 +161,11 @@ func Open(ctx context.Context, cfg Config) (mvcc.Backend, error) {
 		return n, nil
 	}
 	if kind == KindSQLite {
-		return openSQLite(ctx, log, SQLitePath(cfg.Endpoint, cfg.DataDir), cfg.SQLite, cfg.LogCommit)
+		var tail *memtail.Options
+		if cfg.LogCommit {
+			tail = &memtail.Options{RowCacheBytes: cfg.RowCacheBytes}
+		}
+		return openSQLite(ctx, log, SQLitePath(cfg.Endpoint, cfg.DataDir), cfg.SQLite, tail)
 	}
 	if kind == KindMySQL {
 		// A malformed DSN is not worth retrying.
@@ -182,19 +189,19 @@ func Open(ctx context.Context, cfg Config) (mvcc.Backend, error) {
 	})
 }
 
-// openSQLite opens the embedded SQLite mode. With logCommit the database
-// at path sits behind a memtail, whose log (path + ".log", a directory)
+// openSQLite opens the embedded SQLite mode. With tail (LogCommit) the
+// database at path sits behind a memtail, whose log (path + ".log", a directory)
 // is the commit point: a write is acknowledged once the log has synced
 // it, SQLite's commits are left unsynced and take many writes each, off
 // the acknowledgement path, and SQLite is synced before the log is
 // released. Without it every SQLite commit is synced, as before; a log
 // left by an earlier run with it is applied first and removed, so no
 // acknowledged write it holds is lost.
-func openSQLite(ctx context.Context, log *slog.Logger, path string, opts sqlite.Options, logCommit bool) (mvcc.Backend, error) {
+func openSQLite(ctx context.Context, log *slog.Logger, path string, opts sqlite.Options, tail *memtail.Options) (mvcc.Backend, error) {
 	opts.Logger = log
 	logDir := path + ".log"
 	_, statErr := os.Stat(logDir)
-	if !logCommit && errors.Is(statErr, os.ErrNotExist) {
+	if tail == nil && errors.Is(statErr, os.ErrNotExist) {
 		b, err := sqlite.Open(ctx, path, opts)
 		if err != nil {
 			return nil, fmt.Errorf("open sqlite datastore %s: %w", path, err)
@@ -207,11 +214,16 @@ func openSQLite(ctx context.Context, log *slog.Logger, path string, opts sqlite.
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite datastore %s: %w", path, err)
 	}
-	b, err := memtail.Open(ctx, base, memtail.Options{Logger: log, LogDir: logDir})
+	tailOpts := memtail.Options{}
+	if tail != nil {
+		tailOpts = *tail
+	}
+	tailOpts.Logger, tailOpts.LogDir = log, logDir
+	b, err := memtail.Open(ctx, base, tailOpts)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("open sqlite datastore %s: %w", path, err), base.Close())
 	}
-	if logCommit {
+	if tail != nil {
 		return b, nil
 	}
 	// Close applies the log, syncs the database and releases the log.
@@ -222,7 +234,7 @@ func openSQLite(ctx context.Context, log *slog.Logger, path string, opts sqlite.
 		return nil, fmt.Errorf("open sqlite datastore %s: remove the applied log: %w", path, err)
 	}
 	log.Info("applied and removed the log an earlier run with --experimental-sqlite-log-commit left", "log", logDir)
-	return openSQLite(ctx, log, path, opts, false)
+	return openSQLite(ctx, log, path, opts, nil)
 }
 
 // openRetrying calls open until it succeeds, ctx ends, or it fails in a

@@ -22,9 +22,11 @@ import (
 // replacement waits until none is open, so no reader ever sees a file
 // swapped under it, then lets new transactions in on the new file.
 type localDB struct {
-	path   string
-	opts   sqlite.Options
-	behind bool // served through a memtail (Config.ApplyBehind)
+	path string
+	opts sqlite.Options
+	// behind, if set, serves the database through a memtail with these
+	// options (Config.ApplyBehind).
+	behind *memtail.Options
 	log    *slog.Logger
 	// flushFailed stops the member when entries applied in memory cannot
 	// reach SQLite (a full disk), as a failed apply does: it must not
@@ -50,7 +52,7 @@ type memberDB interface {
 	Sync() error
 }
 
-func openLocalDB(ctx context.Context, path string, opts sqlite.Options, behind bool, log *slog.Logger, flushFailed func(error)) (*localDB, error) {
+func openLocalDB(ctx context.Context, path string, opts sqlite.Options, behind *memtail.Options, log *slog.Logger, flushFailed func(error)) (*localDB, error) {
 	d := &localDB{path: path, opts: opts, behind: behind, log: log, flushFailed: flushFailed}
 	d.idle = sync.NewCond(&d.mu)
 	if err := d.openDB(ctx); err != nil {
@@ -67,10 +69,12 @@ func (d *localDB) openDB(ctx context.Context) error {
 		return fmt.Errorf("open %s: %w", d.path, err)
 	}
 	var b memberDB = sq
-	if d.behind {
+	if d.behind != nil {
 		// No log of memtail's own: the raft WAL is the log, replayed
 		// from the index SQLite holds.
-		t, err := memtail.Open(ctx, sq, memtail.Options{Logger: d.log, Numbered: true, FlushFailed: d.flushFailed})
+		o := *d.behind
+		o.Logger, o.Numbered, o.FlushFailed = d.log, true, d.flushFailed
+		t, err := memtail.Open(ctx, sq, o)
 		if err != nil {
 			return errors.Join(fmt.Errorf("open %s: %w", d.path, err), sq.Close())
 		}

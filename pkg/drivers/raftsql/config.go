@@ -74,7 +74,10 @@ type Config struct {
 	// released only once SQLite holds them synced. Experimental
 	// (--experimental-sqlite-log-commit).
 	ApplyBehind bool
-	Logger      *slog.Logger
+	// RowCacheBytes bounds, with ApplyBehind, the applier's cache of the
+	// newest rows (memtail.Options.RowCacheBytes; 0: memtail's default).
+	RowCacheBytes int64
+	Logger        *slog.Logger
 }
 
 // Defaults are etcd's.

@@ -25,6 +25,7 @@ import (
 	"github.com/kite-db/kite/pkg/drivers/sqlite"
 	"github.com/kite-db/kite/pkg/membership"
 	"github.com/kite-db/kite/pkg/mvcc"
+	"github.com/kite-db/kite/pkg/mvcc/memtail"
 )
 
 // Node is one member of a raftsql cluster: the Store's mvcc.Backend (the
@@ -153,7 +154,11 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.waits = newWaitList()
 	n.reads = newReadBarrier(n)
 
-	if n.db, err = openLocalDB(ctx, dbPath, localDBOptions(cfg), cfg.ApplyBehind, n.log, func(err error) {
+	var behind *memtail.Options
+	if cfg.ApplyBehind {
+		behind = &memtail.Options{RowCacheBytes: cfg.RowCacheBytes}
+	}
+	if n.db, err = openLocalDB(ctx, dbPath, localDBOptions(cfg), behind, n.log, func(err error) {
 		n.fail(fmt.Errorf("apply committed entries to the database: %w", err))
 	}); err != nil {
 		return nil, err
