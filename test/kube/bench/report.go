@@ -1,0 +1,96 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+)
+
+// printTable writes the results, their ratios to each row's reference
+// (reference) and the storage requests kube-apiserver made.
+func printTable(w io.Writer, cfg *config, results []result) {
+	fmt.Fprintf(w, "\nkube-apiserver 1.37 on each storage: %d ConfigMaps (%d B of padding) by %d workers; watch %.0f updates/s for %s over %d objects; restart over %d ConfigMaps",
+		cfg.objects, cfg.valueSize, cfg.workers, cfg.watchRate, cfg.watchDuration, cfg.watchObjects, cfg.restartObjects)
+	if len(cfg.kiteFlags) > 0 {
+		fmt.Fprintf(w, "; kite flags %s", strings.Join(cfg.kiteFlags, " "))
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "storage\tcreate/s\tp50/p99 ms\tupdate/s\tp50/p99 ms\tdelete/s\tp50/p99 ms\tfill/s\twatch p50/p99 ms\tmissed\tready s\tlisted s\tcpu s\tpeak MiB\tapi cpu s\terrors\t")
+	for _, r := range results {
+		errs := r.Create.Errors + r.Update.Errors + r.Delete.Errors + r.Watch.Errors + r.Restart.Load.Errors
+		note := fmt.Sprint(errs)
+		if r.Error != "" {
+			note += " (failed)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f/%.1f\t%d\t%.1f\t%.1f\t%.1f\t%d\t%.1f\t%s\t\n", r.Storage,
+			r.Create.rate(), r.Create.lat(), r.Update.rate(), r.Update.lat(), r.Delete.rate(), r.Delete.lat(), r.Restart.Load.rate(),
+			r.Watch.P50ms, r.Watch.P99ms, r.Watch.Missed, r.Restart.ReadySeconds, r.Restart.ListSeconds,
+			r.StorageCPU, r.StoragePeakRSS>>20, r.APIServerCPU, note)
+	}
+	tw.Flush()
+
+	byName := map[string]result{}
+	have := map[string]bool{}
+	for _, r := range results {
+		if r.Error == "" {
+			byName[r.Storage], have[r.Storage] = r, true
+		}
+	}
+	var ratios [][]string
+	for _, r := range results {
+		ref := reference(r.Storage, have)
+		b, ok := byName[ref]
+		if !ok || r.Error != "" {
+			continue
+		}
+		ratio := func(x, y float64) string {
+			if y == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.2f", x/y)
+		}
+		ratios = append(ratios, []string{r.Storage, ref,
+			ratio(r.Create.PerSecond, b.Create.PerSecond), ratio(r.Update.PerSecond, b.Update.PerSecond),
+			ratio(r.Delete.PerSecond, b.Delete.PerSecond), ratio(r.Watch.P99ms, b.Watch.P99ms),
+			ratio(r.Restart.ReadySeconds, b.Restart.ReadySeconds), ratio(r.StorageCPU, b.StorageCPU),
+			ratio(float64(r.StoragePeakRSS), float64(b.StoragePeakRSS))})
+	}
+	if len(ratios) > 0 {
+		fmt.Fprintln(w, "\nratios to the reference row (rates: above 1 is faster; watch p99, ready, cpu, memory: below 1 is better)")
+		tw = tabwriter.NewWriter(w, 2, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "storage\tvs\tcreate/s\tupdate/s\tdelete/s\twatch p99\tready\tcpu\tpeak mem\t")
+		for _, row := range ratios {
+			fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+		}
+		tw.Flush()
+	}
+
+	ops := map[string]bool{}
+	for _, r := range results {
+		for op := range r.Requests {
+			ops[op] = true
+		}
+	}
+	if len(ops) == 0 {
+		return
+	}
+	names := make([]string, 0, len(ops))
+	for op := range ops {
+		names = append(names, op)
+	}
+	sort.Strings(names)
+	fmt.Fprintln(w, "\nrequests kube-apiserver sent to storage (etcd_requests_total, both kube-apiserver processes), all resources / configmaps")
+	tw = tabwriter.NewWriter(w, 2, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "storage\t"+strings.Join(names, "\t")+"\t")
+	for _, r := range results {
+		row := []string{r.Storage}
+		for _, op := range names {
+			row = append(row, fmt.Sprintf("%.0f/%.0f", r.Requests[op], r.ConfigMapRequests[op]))
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+	}
+	tw.Flush()
+}
