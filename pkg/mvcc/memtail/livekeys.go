@@ -34,8 +34,8 @@ const liveKeysPage = 10000
 
 // loadLiveKeys reads every live key of base. It runs in Open, after the
 // log is replayed and before the first write, so the tail is empty and the
-// base's state is the whole state. A million keys take about a second and
-// twenty-odd MiB.
+// base's state is the whole state. A million keys take 20 to 40 MB (a Go
+// map of 8-byte hashes, as full as its last growth left it).
 func loadLiveKeys(ctx context.Context, base mvcc.Backend) (*liveKeys, error) {
 	s := &liveKeys{seed: maphash.MakeSeed(), n: map[uint64]uint32{}}
 	tx, err := base.BeginRead(ctx)
