@@ -157,8 +157,11 @@ type result struct {
 	// (both processes), over all resources and for ConfigMaps.
 	Requests          map[string]float64 `json:"storage_requests"`
 	ConfigMapRequests map[string]float64 `json:"configmap_storage_requests"`
-	Error             string             `json:"error,omitempty"`
-	Seconds           float64            `json:"seconds"`
+	// PhaseRequests is ConfigMapRequests by phase ("restart": the second
+	// kube-apiserver's, from its start).
+	PhaseRequests map[string]map[string]float64 `json:"configmap_storage_requests_by_phase"`
+	Error         string                        `json:"error,omitempty"`
+	Seconds       float64                       `json:"seconds"`
 }
 
 func run(ctx context.Context, log *slog.Logger, cfg *config) ([]result, error) {
@@ -310,7 +313,29 @@ func runStorage(ctx context.Context, log *slog.Logger, cfg *config, bins binarie
 		return nil
 	}
 
-	if r.Create, r.Update, r.Delete, err = crud(ctx, log, cfg, cs, cpu); err != nil {
+	// The ConfigMap requests each phase sent to storage: the counters'
+	// differences between the phase's ends.
+	r.PhaseRequests = map[string]map[string]float64{}
+	var prev map[string]float64
+	mark := func(phase string) {
+		_, cm, err := api.scrapeStorageRequests(ctx)
+		if err != nil {
+			log.Warn("storage requests", "phase", phase, "error", err)
+			return
+		}
+		if phase != "" {
+			d := map[string]float64{}
+			for op, v := range cm {
+				if v -= prev[op]; v != 0 {
+					d[op] = v
+				}
+			}
+			r.PhaseRequests[phase] = d
+		}
+		prev = cm
+	}
+	mark("")
+	if r.Create, r.Update, r.Delete, err = crud(ctx, log, cfg, cs, cpu, mark); err != nil {
 		return r, err
 	}
 	if err := check("create/update/delete"); err != nil {
@@ -319,6 +344,7 @@ func runStorage(ctx context.Context, log *slog.Logger, cfg *config, bins binarie
 	if r.Watch, err = watchDelivery(ctx, log, cfg, cs); err != nil {
 		return r, err
 	}
+	mark("watch")
 	if err := check("watch delivery"); err != nil {
 		return r, err
 	}
@@ -326,6 +352,7 @@ func runStorage(ctx context.Context, log *slog.Logger, cfg *config, bins binarie
 	if r.Restart.Load, err = fill(ctx, log, cfg, cs, cpu); err != nil {
 		return r, err
 	}
+	mark("fill")
 
 	// Counters and CPU of the first kube-apiserver end with it.
 	all1, cm1, err := api.scrapeStorageRequests(ctx)
@@ -358,6 +385,7 @@ func runStorage(ctx context.Context, log *slog.Logger, cfg *config, bins binarie
 		return r, err
 	}
 	r.Requests, r.ConfigMapRequests = sumCounts(all1, all2), sumCounts(cm1, cm2)
+	r.PhaseRequests["restart"] = cm2
 	r.APIServerCPU += api.cpuSeconds()
 	r.StorageCPU = cpu()
 	if r.StoragePeakRSS, err = st.peakRSS(); err != nil {

@@ -93,4 +93,22 @@ func printTable(w io.Writer, cfg *config, results []result) {
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
 	tw.Flush()
+
+	fmt.Fprintln(w, "\nconfigmap requests to storage by phase")
+	tw = tabwriter.NewWriter(w, 2, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "storage\tphase\t"+strings.Join(names, "\t")+"\t")
+	for _, r := range results {
+		for _, ph := range []string{"create", "update", "delete", "watch", "fill", "restart"} {
+			c, ok := r.PhaseRequests[ph]
+			if !ok {
+				continue
+			}
+			row := []string{r.Storage, ph}
+			for _, op := range names {
+				row = append(row, fmt.Sprintf("%.0f", c[op]))
+			}
+			fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+		}
+	}
+	tw.Flush()
 }

@@ -110,8 +110,8 @@ func createNamespace(ctx context.Context, cs *kubernetes.Clientset, ns string) e
 
 // crud is step 2: create every object, update each once (a PUT carrying
 // the resourceVersion its create returned, as a controller does), delete
-// each.
-func crud(ctx context.Context, log *slog.Logger, cfg *config, cs *kubernetes.Clientset, cpu func() float64) (create, update, del phase, err error) {
+// each. after is called at the end of each phase with its name.
+func crud(ctx context.Context, log *slog.Logger, cfg *config, cs *kubernetes.Clientset, cpu func() float64, after func(string)) (create, update, del phase, err error) {
 	const ns = "kube-bench-crud"
 	if err := createNamespace(ctx, cs, ns); err != nil {
 		return phase{}, phase{}, phase{}, err
@@ -127,15 +127,18 @@ func crud(ctx context.Context, log *slog.Logger, cfg *config, cs *kubernetes.Cli
 		rvs[i] = cm.ResourceVersion
 		return nil
 	})
+	after("create")
 	update = forEach(ctx, log, "update", cfg.objects, cfg.workers, cpu, func(ctx context.Context, i int) error {
 		cm := newConfigMap(ns, i, 1, pad)
 		cm.ResourceVersion = rvs[i]
 		_, err := cms.Update(ctx, cm, metav1.UpdateOptions{})
 		return err
 	})
+	after("update")
 	del = forEach(ctx, log, "delete", cfg.objects, cfg.workers, cpu, func(ctx context.Context, i int) error {
 		return cms.Delete(ctx, cmName(i), metav1.DeleteOptions{})
 	})
+	after("delete")
 	return create, update, del, ctx.Err()
 }
 
