@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -39,9 +40,15 @@ import (
 // raftsql_test.go).
 //
 // KITE_K8S_TLS=1 serves every kite over mutual TLS (tls_test.go).
+//
+// KITE_K8S_KITE_FLAGS adds flags (split at spaces) to every kite the suite
+// starts, raft peers included: --experimental-sqlite-log-commit runs the
+// suite on kite's log commit (TestStorageUnderTest then checks that the log
+// exists).
 var (
 	backend   = envOr("KITE_K8S_BACKEND", "kite")
 	datastore = envOr("KITE_K8S_DATASTORE", "sqlite")
+	kiteFlags = strings.Fields(os.Getenv("KITE_K8S_KITE_FLAGS"))
 	kiteBin   string
 	// kiteTLS is the PKI of a KITE_K8S_TLS=1 run; nil otherwise.
 	kiteTLS *k8sTLS
@@ -82,6 +89,9 @@ func runMain(m *testing.M) int {
 		defer cleanup()
 		kiteBin = bin
 		fmt.Printf("k8s storage suite: backend = kite (%s) %s\n", datastore, bin)
+		if len(kiteFlags) > 0 {
+			fmt.Println("k8s storage suite: every kite also gets", strings.Join(kiteFlags, " "))
+		}
 		if datastore == "postgres" {
 			fmt.Println("k8s storage suite: a fresh Postgres database per kite on", adminWhere(pgtest.AdminDSN()))
 		}
@@ -236,6 +246,7 @@ func tryStartKite(t testing.TB, opts serverOptions) (kiteServer, error) {
 	if opts.progressNotifyInterval != 0 {
 		args = append(args, "--watch-progress-notify-interval", opts.progressNotifyInterval.String())
 	}
+	args = append(args, kiteFlags...)
 	var cluster *raftCluster // nil but in raftsql mode
 	if datastore == "raftsql" {
 		if cluster, err = startRaftPeers(t, "kite-k8s"); err != nil {

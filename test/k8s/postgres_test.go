@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -54,6 +55,11 @@ func TestStorageUnderTest(t *testing.T) {
 		}
 		if _, err := os.Stat(db); err != nil {
 			t.Fatalf("sqlite mode, but no database in the data dir: %v", err)
+		}
+		if slices.Contains(kiteFlags, "--experimental-sqlite-log-commit") {
+			if _, err := os.Stat(db + ".log"); err != nil {
+				t.Fatalf("--experimental-sqlite-log-commit, but no log next to the database: %v", err)
+			}
 		}
 	case "postgres":
 		if _, err := os.Stat(db); err == nil {

@@ -87,7 +87,7 @@ func startRaftPeers(t testing.TB, name string) (*raftCluster, error) {
 			"--listen-peer-urls", peerURLs[i],
 			"--initial-advertise-peer-urls", peerURLs[i],
 			"--log-level", "warn",
-		}, common...)
+		}, append(common, kiteFlags...)...)
 		proc, err := testenv.Start(testenv.Command{Argv: append([]string{kiteBin}, args...), Out: &m.logs})
 		if err != nil {
 			c.stop()
