@@ -29,8 +29,12 @@ type request struct {
 	// expiry marks a lease revoke asked for by the expiry loop, which the
 	// storage may refuse (sharedSequencer.revokeExpired).
 	expiry bool
-	resp   proto.Message
-	err    error
+	// refused marks a replicated request already answered with the error
+	// of a limit every node hits alike: the batch is applied again
+	// without it (commit).
+	refused bool
+	resp    proto.Message
+	err     error
 }
 
 // committed is one revision made durable by a batch, waiting to be published.
@@ -41,7 +45,10 @@ type committed struct {
 
 // applyError is a storage error raised while applying one request, as
 // opposed to beginning or committing the batch's transaction.
-type applyError struct{ err error }
+type applyError struct {
+	err error
+	req *request // the request being applied
+}
 
 func (e *applyError) Error() string { return e.err.Error() }
 func (e *applyError) Unwrap() error { return e.err }
@@ -56,8 +63,9 @@ func (e *applyError) Unwrap() error { return e.err }
 // cannot be stored fails. A request this Store orders itself is then
 // answered with its error. A replicated log's committed entry must be
 // applied on every node alike: it may be answered with an error only for a
-// limit every node hits alike (ErrTooManyChanges), and is then recorded
-// applied; any other error is returned, and the node stops rather than
+// limit every node hits alike (ErrTooManyChanges): it alone is answered
+// with it and the rest of the batch is applied again without it, in one
+// transaction. Any other error is returned, and the node stops rather than
 // differ from the others.
 func (s *Store) commit(reqs []*request) error {
 	for _, r := range reqs {
@@ -86,6 +94,16 @@ func (s *Store) commit(reqs []*request) error {
 	if !errors.As(err, &ae) || isDiskFull(err) || (replicated && !errors.Is(err, ErrTooManyChanges)) {
 		return err
 	}
+	if replicated {
+		// The request that hit the limit is answered with it and changes
+		// nothing; the batch is applied again without it, still in one
+		// transaction that records the batch's last index, so a replay
+		// does not retry it. A replicated batch is never split: the
+		// requests of one packed entry share its index, and a transaction
+		// holding some of them could not record it.
+		ae.req.resp, ae.req.err, ae.req.refused = nil, err, true
+		return s.commit(reqs)
+	}
 	if len(reqs) > 1 {
 		for _, r := range reqs {
 			if err := s.commit([]*request{r}); err != nil {
@@ -94,12 +112,7 @@ func (s *Store) commit(reqs []*request) error {
 		}
 		return nil
 	}
-	r := reqs[0]
-	r.resp, r.err = nil, err
-	if replicated {
-		// Recorded applied, so a replay does not retry it.
-		return s.recordApplied(r.index)
-	}
+	reqs[0].resp, reqs[0].err = nil, err
 	return nil
 }
 
@@ -179,7 +192,9 @@ func (s *Store) applyAndCommit(reqs []*request) ([]committed, error) {
 	b, err := s.commitTx(reqs)
 	if err != nil {
 		for _, r := range reqs {
-			r.resp, r.err = nil, nil
+			if !r.refused {
+				r.resp, r.err = nil, nil
+			}
 		}
 		return nil, err
 	}
@@ -245,6 +260,9 @@ func (s *Store) applyInTx(tx WriteTx, reqs []*request) (*appliedBatch, error) {
 	b := &appliedBatch{leases: newBatchLeases(s.lessor), auth: s.auth.stage()}
 	defer b.auth.close()
 	for _, r := range reqs {
+		if r.refused {
+			continue
+		}
 		if isAuthChange(r.req) {
 			r.resp, r.err = b.auth.apply(r.req)
 			continue
@@ -256,7 +274,7 @@ func (s *Store) applyInTx(tx WriteTx, reqs []*request) (*appliedBatch, error) {
 				r.err = err
 				continue
 			}
-			return nil, &applyError{err}
+			return nil, &applyError{err: err, req: r}
 		}
 		r.resp = res.resp
 		b.leases.record(res)
@@ -311,11 +329,4 @@ func setAppliedIndex(ctx context.Context, tx WriteTx, index uint64) error {
 		return fmt.Errorf("record applied index: %w", err)
 	}
 	return nil
-}
-
-// recordApplied stores the applied index alone.
-func (s *Store) recordApplied(index uint64) error {
-	return s.maintainTx(func(ctx context.Context, tx WriteTx) error {
-		return setAppliedIndex(ctx, tx, index)
-	})
 }

@@ -74,6 +74,12 @@ type Config struct {
 	// released only once SQLite holds them synced. Experimental
 	// (--experimental-sqlite-log-commit).
 	ApplyBehind bool
+	// PackProposals proposes the requests this member's clients send
+	// while its previous proposal is under way as one raft entry
+	// (pack.go), instead of one entry per request (--raft-pack-proposals).
+	// Every member must be able to read packed entries: all of a cluster's
+	// members run a kite that has this field, whether or not they set it.
+	PackProposals bool
 	// RowCacheBytes bounds, with ApplyBehind, the applier's cache of the
 	// newest rows (memtail.Options.RowCacheBytes; 0: memtail's default).
 	RowCacheBytes int64

@@ -92,6 +92,9 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n := &Node{cfg: cfg, log: cfg.Logger.With("component", "raftsql"), errc: make(chan error, 1),
 		raftLoop: raftLoop{appliedc: make(chan struct{}), primary: make(chan bool, 16), applyc: make(chan applyJob, 64)},
 		cluster:  newMemberSet(cfg)}
+	if cfg.PackProposals {
+		n.packq = make(chan *proposal, packQueue)
+	}
 	n.zlog = newZapLogger(n.log)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	defer func() {
@@ -315,6 +318,9 @@ func (n *Node) Start(a mvcc.Applier) error {
 	n.wg.Go(func() { n.purgeOldFiles(filepath.Join(memberDir, "snap"), filepath.Join(memberDir, "wal")) })
 	n.wg.Go(n.run)
 	n.wg.Go(n.applyLoop)
+	if n.packq != nil {
+		n.wg.Go(n.packLoop)
+	}
 	n.wg.Go(n.reads.loop)
 	n.wg.Go(func() { n.corrupt.run(n.ctx) })
 	n.wg.Go(n.publish)

@@ -40,7 +40,11 @@ func (n *Node) Propose(ctx context.Context, r *pb.InternalRaftRequest) (proto.Me
 	defer n.metrics.proposalsPending.Add(-1)
 	cctx, cancel := context.WithTimeout(ctx, n.requestTimeout())
 	defer cancel()
-	if err := n.node.Propose(cctx, data); err != nil {
+	propose := n.node.Propose
+	if n.packq != nil {
+		propose = n.proposeQueued
+	}
+	if err := propose(cctx, data); err != nil {
 		n.metrics.proposalsFailed.Add(1)
 		return nil, n.proposalError(ctx, err)
 	}

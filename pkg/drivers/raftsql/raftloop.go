@@ -52,6 +52,9 @@ type raftLoop struct {
 	// primary tells the Store whether this member leads; the Ready loop
 	// closes it when it ends.
 	primary chan bool
+	// packq carries proposals to the packer (pack.go); nil when
+	// Config.PackProposals is off and each request is its own entry.
+	packq chan *proposal
 }
 
 func (r *raftLoop) setApplied(idx uint64) {

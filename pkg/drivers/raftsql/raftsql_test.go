@@ -15,10 +15,11 @@ import (
 	"github.com/kite-db/kite/pkg/mvcc/backendtest"
 )
 
-// oneMember is the bootstrap of a single-member cluster in dir.
+// oneMember is the bootstrap of a single-member cluster in dir, with the
+// kite binary's defaults (proposals packed).
 func oneMember(dir string) Config {
 	return Config{Name: "m", DataDir: dir, ListenPeer: []string{"http://127.0.0.1:0"},
-		InitialCluster: map[string][]string{"m": {"http://127.0.0.1:2380"}}}
+		InitialCluster: map[string][]string{"m": {"http://127.0.0.1:2380"}}, PackProposals: true}
 }
 
 // oneMemberOpeners starts single-member clusters in fresh directories, and

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -259,21 +258,24 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 			if len(e.Data) == 0 {
 				continue // a new leader's empty entry
 			}
-			r := &pb.InternalRaftRequest{}
-			if err := proto.Unmarshal(e.Data, r); err != nil {
+			reqs, err := decodeEntry(e.Data)
+			if err != nil {
 				return fmt.Errorf("decode entry %d: %w", idx, err)
 			}
-			if r.ClusterMemberAttrSet != nil {
-				// Membership is not in the database: applied again on
-				// every restart, as configuration changes are.
-				n.cluster.setAttributes(r.ClusterMemberAttrSet)
-				n.waits.trigger(r.GetHeader().GetID(), mvcc.Outcome{})
-				continue
+			for _, r := range reqs {
+				if r.ClusterMemberAttrSet != nil {
+					// Membership is not in the database: applied again on
+					// every restart, as configuration changes are.
+					n.cluster.setAttributes(r.ClusterMemberAttrSet)
+					n.waits.trigger(r.GetHeader().GetID(), mvcc.Outcome{})
+					continue
+				}
+				if idx <= applied {
+					continue // already in the database
+				}
+				// A packed entry's requests share its index.
+				batch = append(batch, mvcc.Entry{Index: idx, Req: r})
 			}
-			if idx <= applied {
-				continue // already in the database
-			}
-			batch = append(batch, mvcc.Entry{Index: idx, Req: r})
 		case raftpb.EntryType_EntryConfChange:
 			// Raft learns its configuration only from the application, so
 			// a change is applied again on every restart (the database
