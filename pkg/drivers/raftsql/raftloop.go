@@ -33,6 +33,9 @@ type raftLoop struct {
 	// is idle (a received snapshot).
 	confState *raftpb.ConfState
 	snapIndex uint64
+	// sinceSnap counts the requests applied since this process took its
+	// last snapshot (snapshot.go).
+	sinceSnap uint64
 	// lastApplied is the applied state a snapshot sent to a follower
 	// describes (snapshot.go).
 	lastApplied atomic.Pointer[appliedState]

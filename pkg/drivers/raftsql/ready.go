@@ -262,6 +262,7 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 			if err != nil {
 				return fmt.Errorf("decode entry %d: %w", idx, err)
 			}
+			n.sinceSnap += uint64(len(reqs))
 			for _, r := range reqs {
 				if r.ClusterMemberAttrSet != nil {
 					// Membership is not in the database: applied again on

@@ -31,7 +31,11 @@ import (
 // maybeSnapshot takes a snapshot every SnapshotCount applied entries.
 func (n *Node) maybeSnapshot() {
 	applied := n.applied.Load()
-	if applied-n.snapIndex <= n.cfg.SnapshotCount {
+	// --snapshot-count counts transactions, as etcd's, not entries: a
+	// packed entry holds several (pack.go), and the raft log kept in
+	// memory until the snapshot grows with the requests, not the entries.
+	// After a restart the index distance is the count to go by.
+	if n.sinceSnap <= n.cfg.SnapshotCount && applied-n.snapIndex <= n.cfg.SnapshotCount {
 		return
 	}
 	// The database's commits are not synced one by one: make them durable
@@ -58,6 +62,7 @@ func (n *Node) maybeSnapshot() {
 			n.log.Warn("compact raft log", "index", applied-keep, "err", err)
 		}
 	}
+	n.sinceSnap = 0
 	n.log.Info("snapshot taken", "index", applied)
 }
 
