@@ -28,14 +28,14 @@ import (
 // skips the entries it already holds, by the index recorded in the
 // database.
 
-// maybeSnapshot takes a snapshot every SnapshotCount applied entries.
+// maybeSnapshot takes a snapshot every SnapshotCount applied requests.
 func (n *Node) maybeSnapshot() {
-	applied := n.applied.Load()
+	applied, prevSnap := n.applied.Load(), n.snapIndex
 	// --snapshot-count counts transactions, as etcd's, not entries: a
 	// packed entry holds several (pack.go), and the raft log kept in
 	// memory until the snapshot grows with the requests, not the entries.
 	// After a restart the index distance is the count to go by.
-	if n.sinceSnap <= n.cfg.SnapshotCount && applied-n.snapIndex <= n.cfg.SnapshotCount {
+	if n.sinceSnap <= n.cfg.SnapshotCount && applied-prevSnap <= n.cfg.SnapshotCount {
 		return
 	}
 	// The database's commits are not synced one by one: make them durable
@@ -56,8 +56,13 @@ func (n *Node) maybeSnapshot() {
 		return
 	}
 	// Keep some entries, so a follower a little behind gets entries rather
-	// than a whole database.
-	if keep := n.cfg.CatchUpEntries; applied > keep {
+	// than a whole database: about --snapshot-catchup-entries requests,
+	// fewer entries when they were packed.
+	keep := n.cfg.CatchUpEntries
+	if entries := applied - prevSnap; n.sinceSnap > entries && entries > 0 {
+		keep = max(1, keep*entries/n.sinceSnap)
+	}
+	if applied > keep {
 		if err := n.storage.Compact(applied - keep); err != nil && !errors.Is(err, raft.ErrCompacted) {
 			n.log.Warn("compact raft log", "index", applied-keep, "err", err)
 		}
