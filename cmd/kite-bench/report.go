@@ -53,6 +53,8 @@ type result struct {
 	// Failover is the failover workload's per-round measurements; its
 	// latency columns are the times from the kill until a write succeeded.
 	Failover *failoverStats `json:"failover,omitempty"`
+	// cost is what the servers spent on the workload (cost.go).
+	cost
 }
 
 // setRSS records the resident memory of a target's servers: their sum,

@@ -28,6 +28,9 @@ type target struct {
 	conns      []*clientv3.Client
 	server     []int // server[i]: index of the server conns[i] talks to
 	dataLoaded bool  // the shared read keys are in place
+	// members asks a raft cluster's members who leads (cost.go); nil
+	// until needed.
+	members *memberClients
 }
 
 // connect opens cfg.conns connections (each its own gRPC channel), spread
@@ -59,6 +62,9 @@ func connect(cfg *config, name string, endpoints []string, cl *cluster) (*target
 func (t *target) close() {
 	for _, c := range t.conns {
 		c.Close()
+	}
+	if t.members != nil {
+		t.members.close()
 	}
 }
 
@@ -177,6 +183,10 @@ func runCompare(ctx context.Context, cfg *config, log *slog.Logger, runID string
 	}
 	fmt.Fprintln(stdout)
 	errs = append(errs, writeRatios(stdout, results, kiteK.name, etcdK.name))
+	if hasCost(results) {
+		fmt.Fprintln(stdout)
+		errs = append(errs, writeCosts(stdout, results, kiteK.name, etcdK.name))
+	}
 	if hasNodeRSS(results) {
 		fmt.Fprintln(stdout)
 		errs = append(errs, writeNodeRSS(stdout, results, kiteK.name, etcdK.name))
@@ -242,9 +252,16 @@ func runWorkloads(ctx context.Context, cfg *config, log *slog.Logger, runID stri
 			}
 			if err == nil {
 				log.Info("running workload", "target", t.name, "workload", s.label, "clients", s.clients)
+				var before costSample
+				if t.cl != nil {
+					before = sampleCost(ctx, t, log)
+				}
 				stopProfile := startProfiles(ctx, cfg, log, t, s.label)
 				rs, err = def.run(ctx, e, s)
 				stopProfile()
+				if err == nil && t.cl != nil && len(rs) > 0 {
+					rs[0].cost = costBetween(before, sampleCost(ctx, t, log), t.cl.names(), rs[0].Ops)
+				}
 			}
 			var r result // the workload's own row; rs[1:] measured beside it
 			if len(rs) > 0 {

@@ -70,6 +70,11 @@ func Test_SmokeCompare(t *testing.T) {
 		}
 	}
 	checkPeakRSS(t, results, []string{"etcd", "kite"})
+	for _, target := range []string{"etcd", "kite"} {
+		if r := results[target+"/put@64"]; r.CPUSeconds <= 0 || r.CPUPer1kOps <= 0 || r.WALSyncsPerOp <= 0 {
+			t.Errorf("%s/put@64 cost = %+v, want the server's CPU and WAL syncs per operation", target, r.cost)
+		}
+	}
 }
 
 // checkPeakRSS wants each target's peak-rss row: the largest server's peak
@@ -269,6 +274,13 @@ func Test_SmokeCompareRaftSQL(t *testing.T) {
 		r, ok := results[target+"/memory-300"]
 		if !ok || r.Ops != 300 || len(r.RSSNodesBytes) != 3 || r.RSSMaxBytes <= 0 || r.RSSBytes < 3*r.RSSMaxBytes/2 {
 			t.Errorf("%s memory result = %+v, want 300 keys and the resident size of each of 3 members", target, r)
+		}
+		// The cost of a write, the leader apart: every member spent CPU,
+		// every member synced its WAL, and the leader's log grew.
+		if r := results[target+"/put@64"]; len(r.CPUNodesSeconds) != 3 || r.CPUPer1kOps <= 0 || !strings.HasPrefix(r.Leader, target+"-") ||
+			r.LeaderCPUPer1kOps <= 0 || r.FollowersCPUPer1kOps <= 0 || r.WALSyncsPerOp <= r.LeaderWALSyncsPerOp || r.LeaderWALSyncsPerOp <= 0 ||
+			r.RaftEntriesPerOp <= 0 || r.RaftEntriesPerOp > 1.5 {
+			t.Errorf("%s/put@64 cost = %+v, want CPU per member, the leader's and the followers' apart, WAL syncs of all members and raft entries per write", target, r.cost)
 		}
 		if r := results[target+"/watch-remote"]; r.Ops <= 0 || r.Errors != 0 || r.Missed != 0 || r.Duplicates != 0 || r.Note != "" {
 			t.Errorf("%s/watch-remote = %+v, want ops > 0, nothing lost and the watchers on other members", target, r)

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -36,4 +37,30 @@ func StatusBytes(pid int, field string) (int64, error) {
 		return 0, fmt.Errorf("read memory of pid %d: %w", pid, err)
 	}
 	return 0, fmt.Errorf("no %s for pid %d", field, pid)
+}
+
+// CPUSeconds is the user and system CPU a process has used, utime+stime of
+// /proc/PID/stat in seconds. Linux reports them in clock ticks of USER_HZ,
+// which is 100 on every architecture Go's linux ports run on.
+func CPUSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read cpu of pid %d: %w", pid, err)
+	}
+	// The command name (field 2) may hold spaces and parentheses; the
+	// fields after its last ")" are the state (field 3) onwards.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("parse /proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("parse /proc/%d/stat: %d fields", pid, len(f))
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("parse /proc/%d/stat: %w", pid, err)
+	}
+	return float64(utime+stime) / 100, nil
 }

@@ -69,7 +69,7 @@ func (s *storage) endpoints() string {
 func (s *storage) cpuSeconds() (float64, error) {
 	var sum float64
 	for _, p := range s.servers {
-		c, err := procCPU(p.Process().Pid())
+		c, err := testenv.CPUSeconds(p.Process().Pid())
 		if err != nil {
 			return 0, err
 		}
@@ -117,32 +117,6 @@ func (s *storage) stop(keep bool) {
 			s.log.Warn("drop database", "storage", s.name, "error", err)
 		}
 	}
-}
-
-// procCPU is utime+stime of /proc/PID/stat in seconds. Linux reports them
-// in clock ticks of USER_HZ, which is 100 on every architecture Go's
-// linux ports run on.
-func procCPU(pid int) (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, fmt.Errorf("read cpu of pid %d: %w", pid, err)
-	}
-	// The command name (field 2) may hold spaces and parentheses; the
-	// fields after its last ")" are the state (field 3) onwards.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, fmt.Errorf("parse /proc/%d/stat: no command name", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("parse /proc/%d/stat: %d fields", pid, len(f))
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("parse /proc/%d/stat: %w", pid, err)
-	}
-	return float64(utime+stime) / 100, nil
 }
 
 // binaries are the storage servers' executables.
