@@ -26,7 +26,12 @@ import (
 
 // walSyncsMetric counts a server's WAL fsyncs: etcd's raft WAL, a raftsql
 // member's (etcd's wal package), a single kite server's SQLite commits.
-const walSyncsMetric = "etcd_disk_wal_fsync_duration_seconds_count"
+// commitsMetric counts its backend's commits: etcd's bbolt batches (every
+// 100 ms or 10,000 writes), kite's SQLite or database transactions.
+const (
+	walSyncsMetric = "etcd_disk_wal_fsync_duration_seconds_count"
+	commitsMetric  = "etcd_disk_backend_commit_duration_seconds_count"
+)
 
 // costTimeout bounds one sample's Status and /metrics calls.
 const costTimeout = 5 * time.Second
@@ -50,6 +55,8 @@ type cost struct {
 	// LeaderWALSyncsPerOp the leader's.
 	WALSyncsPerOp       float64 `json:"wal_syncs_per_op,omitempty"`
 	LeaderWALSyncsPerOp float64 `json:"leader_wal_syncs_per_op,omitempty"`
+	// CommitsPerOp is the backend commits of all servers per operation.
+	CommitsPerOp float64 `json:"backend_commits_per_op,omitempty"`
 	// RaftEntriesPerOp is how many entries the leader's log grew by per
 	// operation: below 1 when several requests share an entry.
 	RaftEntriesPerOp float64 `json:"raft_entries_per_op,omitempty"`
@@ -62,6 +69,7 @@ type costSample struct {
 	pids      []int
 	cpu       []float64 // seconds
 	walSyncs  []float64
+	commits   []float64
 	leader    int // index in the cluster's servers
 	raftIndex uint64
 }
@@ -84,17 +92,29 @@ func sampleCost(ctx context.Context, t *target, log *slog.Logger) costSample {
 		cpu[i] = c
 	}
 	s.pids, s.cpu = pids, cpu
-	syncs := make([]float64, len(procs))
+	syncs, commits := make([]float64, len(procs)), make([]float64, len(procs))
 	for i, p := range procs {
-		v, err := scrapeCounter(ctx, p.Endpoint, walSyncsMetric)
+		v, err := scrapeCounters(ctx, p.Endpoint, walSyncsMetric, commitsMetric)
 		if err != nil {
-			log.Debug("cost: WAL syncs not measured", "server", p.Name, "error", err)
-			syncs = nil
+			log.Warn("cost: metrics not read", "server", p.Name, "error", err)
+			syncs, commits = nil, nil
 			break
 		}
-		syncs[i] = v
+		var ok bool
+		if syncs != nil {
+			if syncs[i], ok = v[walSyncsMetric]; !ok {
+				log.Debug("cost: WAL syncs not measured", "server", p.Name)
+				syncs = nil
+			}
+		}
+		if commits != nil {
+			if commits[i], ok = v[commitsMetric]; !ok {
+				log.Debug("cost: backend commits not measured", "server", p.Name)
+				commits = nil
+			}
+		}
 	}
-	s.walSyncs = syncs
+	s.walSyncs, s.commits = syncs, commits
 	if t.cl.kind.members > 0 {
 		s.leader, s.raftIndex = leaderIndex(ctx, t, log)
 	}
@@ -129,37 +149,41 @@ func leaderIndex(ctx context.Context, t *target, log *slog.Logger) (int, uint64)
 	return at, st.RaftIndex
 }
 
-// scrapeCounter reads one unlabelled counter from a server's /metrics.
-func scrapeCounter(ctx context.Context, endpoint, name string) (float64, error) {
+// scrapeCounters reads unlabelled counters from a server's /metrics; a
+// counter the server does not export is absent from the answer.
+func scrapeCounters(ctx context.Context, endpoint string, names ...string) (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, costTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+"/metrics", nil)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("scrape %s: %w", endpoint, err)
+		return nil, fmt.Errorf("scrape %s: %w", endpoint, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("scrape %s: %s", endpoint, resp.Status)
+		return nil, fmt.Errorf("scrape %s: %s", endpoint, resp.Status)
 	}
+	found := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				return 0, fmt.Errorf("scrape %s: %s: %w", endpoint, name, err)
+		for _, name := range names {
+			if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				if err != nil {
+					return nil, fmt.Errorf("scrape %s: %s: %w", endpoint, name, err)
+				}
+				found[name] = f
 			}
-			return f, nil
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("scrape %s: %w", endpoint, err)
+		return nil, fmt.Errorf("scrape %s: %w", endpoint, err)
 	}
-	return 0, fmt.Errorf("scrape %s: no %s", endpoint, name)
+	return found, nil
 }
 
 // costBetween is what the servers (names, in the order of the samples)
@@ -214,6 +238,13 @@ func costBetween(before, after costSample, names []string, ops int64) cost {
 		}
 		c.WALSyncsPerOp = per(all)
 	}
+	if before.commits != nil && after.commits != nil && !restarted {
+		var all float64
+		for i := range after.commits {
+			all += after.commits[i] - before.commits[i]
+		}
+		c.CommitsPerOp = per(all)
+	}
 	if leader >= 0 && before.raftIndex > 0 && after.raftIndex > before.raftIndex {
 		c.RaftEntriesPerOp = per(float64(after.raftIndex - before.raftIndex))
 	}
@@ -252,15 +283,16 @@ func writeCosts(w io.Writer, results []result, num, den string) error {
 		}
 		byKey[[2]string{r.Target, r.Workload}] = r
 	}
-	fmt.Fprintln(w, "what one operation costs the servers: CPU seconds per 1,000 operations (all servers; leader / the followers together), WAL syncs and raft entries per operation")
+	fmt.Fprintln(w, "what one operation costs the servers: CPU seconds per 1,000 operations (all servers; leader / the followers together); WAL syncs, backend commits (all servers) and raft entries per operation")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "workload\t%[1]s CPU\t%[2]s CPU\tCPU %[2]s/%[1]s\t%[1]s leader / followers\t%[2]s leader / followers\t%[1]s WAL syncs\t%[2]s WAL syncs\t%[1]s entries\t%[2]s entries\t\n", den, num)
+	fmt.Fprintf(tw, "workload\t%[1]s CPU\t%[2]s CPU\tCPU %[2]s/%[1]s\t%[1]s leader / followers\t%[2]s leader / followers\t%[1]s WAL syncs\t%[2]s WAL syncs\t%[1]s commits\t%[2]s commits\t%[1]s entries\t%[2]s entries\t\n", den, num)
 	for _, wl := range order {
 		d, n := byKey[[2]string{den, wl}], byKey[[2]string{num, wl}]
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", wl,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", wl,
 			costCell(d.CPUPer1kOps), costCell(n.CPUPer1kOps), ratio(n.CPUPer1kOps, d.CPUPer1kOps),
 			splitCell(d), splitCell(n),
 			costCell(d.WALSyncsPerOp), costCell(n.WALSyncsPerOp),
+			costCell(d.CommitsPerOp), costCell(n.CommitsPerOp),
 			costCell(d.RaftEntriesPerOp), costCell(n.RaftEntriesPerOp))
 	}
 	if err := tw.Flush(); err != nil {
