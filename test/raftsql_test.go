@@ -596,9 +596,15 @@ func TestRaftSQLBootstrapRefused(t *testing.T) {
 // TestRaftSQLLinearizable: clients spread over the three members send
 // gets, puts and compare-and-swaps on a few keys while the leader is
 // killed and restarted; the history must be linearizable (porcupine, with
-// linearizability_test.go's register model).
+// linearizability_test.go's register model). Also with the requests that
+// queue up at a member proposed as one entry (--raft-pack-proposals).
 func TestRaftSQLLinearizable(t *testing.T) {
-	c := startCluster(t, 3)
+	t.Run("one entry per request", func(t *testing.T) { testRaftSQLLinearizable(t) })
+	t.Run("packed proposals", func(t *testing.T) { testRaftSQLLinearizable(t, "--raft-pack-proposals") })
+}
+
+func testRaftSQLLinearizable(t *testing.T, flags ...string) {
+	c := startClusterWith(t, 3, flags...)
 	ctx := testCtx(t, 2*time.Minute)
 	// Clients run until stopped, at most maxOps each (porcupine's work
 	// grows with the history).

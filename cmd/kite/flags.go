@@ -179,7 +179,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.UintVar(&f.maxWALs, "max-wals", 5, "Maximum number of wal files to retain (0 is unlimited).")
 	fs.Uint64Var(&f.catchUpEntries, "snapshot-catchup-entries", 5000, "Number of entries for a slow follower to catch-up after compacting the raft storage entries.")
 	fs.Uint64Var(&f.catchUpEntries, "experimental-snapshot-catchup-entries", 5000, "Deprecated alias of --snapshot-catchup-entries.")
-	fs.BoolVar(&f.packProposals, "raft-pack-proposals", true, "Propose the writes that queue up at a member while it hands its previous proposal to raft as one raft entry, instead of one entry per write (raftsql). Every member must run a kite that reads such entries: set it false while a cluster is upgraded from a kite without this flag.")
+	fs.BoolVar(&f.packProposals, "raft-pack-proposals", false, "Propose the writes that queue up at a member while it hands its previous proposal to raft as one raft entry, instead of one entry per write (raftsql). Every member must run a kite that reads such entries (this flag's kite or later). Measured, not faster on a 2-core machine: see docs/benchmarks.md.")
 	fs.DurationVar(&f.corruptCheckTime, "corrupt-check-time", 5*time.Minute, "Duration of time between cluster corruption check passes (raftsql; the first runs shortly after start).")
 	fs.StringVar(&f.peerCertFile, "peer-cert-file", "", "Path to the peer server TLS cert file (raftsql; served on https:// peer URLs and presented to other members).")
 	fs.StringVar(&f.peerKeyFile, "peer-key-file", "", "Path to the peer server TLS key file.")

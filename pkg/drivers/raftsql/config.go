@@ -76,9 +76,10 @@ type Config struct {
 	ApplyBehind bool
 	// PackProposals proposes the requests this member's clients send
 	// while its previous proposal is under way as one raft entry
-	// (pack.go), instead of one entry per request (--raft-pack-proposals).
-	// Every member must be able to read packed entries: all of a cluster's
-	// members run a kite that has this field, whether or not they set it.
+	// (pack.go), instead of one entry per request (--raft-pack-proposals,
+	// off: not measurably faster yet, docs/benchmarks.md). Every member
+	// must be able to read packed entries: all of a cluster's members run
+	// a kite that has this field, whether or not they set it.
 	PackProposals bool
 	// RowCacheBytes bounds, with ApplyBehind, the applier's cache of the
 	// newest rows (memtail.Options.RowCacheBytes; 0: memtail's default).

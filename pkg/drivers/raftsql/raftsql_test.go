@@ -15,8 +15,9 @@ import (
 	"github.com/kite-db/kite/pkg/mvcc/backendtest"
 )
 
-// oneMember is the bootstrap of a single-member cluster in dir, with the
-// kite binary's defaults (proposals packed).
+// oneMember is the bootstrap of a single-member cluster in dir. It packs
+// proposals (--raft-pack-proposals), so the driver suites run over packed
+// entries; the kite binary's suites in test/ run without.
 func oneMember(dir string) Config {
 	return Config{Name: "m", DataDir: dir, ListenPeer: []string{"http://127.0.0.1:0"},
 		InitialCluster: map[string][]string{"m": {"http://127.0.0.1:2380"}}, PackProposals: true}
