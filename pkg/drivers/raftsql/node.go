@@ -424,5 +424,16 @@ func (n *Node) MoveLeader(ctx context.Context, target uint64) error {
 func localDBOptions(cfg Config) sqlite.Options {
 	opts := cfg.SQLite
 	opts.Logger, opts.NoCommitSync = cfg.Logger, true
+	if cfg.ApplyBehind && opts.CheckpointInterval == 0 {
+		opts.CheckpointInterval = applyBehindCheckpointInterval
+	}
 	return opts
 }
+
+// applyBehindCheckpointInterval spaces the local database's checkpoints
+// when memtail flushes into it every 100 ms: each flush rewrites most of
+// the live index's leaves, and a checkpoint after every flush copied them
+// into the file every time (9-10% of a member's CPU under put@64,
+// docs/benchmarks.md). The WAL it lets grow stays below the writer's own
+// wal_autocheckpoint bound at the rates measured there.
+const applyBehindCheckpointInterval = time.Second

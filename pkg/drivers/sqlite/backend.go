@@ -59,6 +59,13 @@ type Options struct {
 	// fsync): kite reports it as etcd's disk commit and fsync latencies.
 	// It runs on the commit path and must not block.
 	ObserveCommit func(time.Duration)
+	// CheckpointInterval is the least time between two background copies
+	// of the WAL into the database file (100 ms when 0). A caller that
+	// commits rarely and large (memtail's flush behind raftsql's WAL)
+	// gives a longer one, so that the pages each flush rewrites (the live
+	// index's leaves, the B-trees' inner pages) are copied once for many
+	// flushes.
+	CheckpointInterval time.Duration
 	// MaxChangesPerRevision, when positive, lowers the most changes one
 	// revision may hold below the schema's bound (1,048,576, ids.go): a
 	// request that changes more fails with mvcc.ErrTooManyChanges and
@@ -84,6 +91,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.WriterCacheSizeKiB <= 0 {
 		o.WriterCacheSizeKiB = defaultWriterCacheKiB
+	}
+	if o.CheckpointInterval <= 0 {
+		o.CheckpointInterval = defaultCheckpointInterval
 	}
 	return o
 }

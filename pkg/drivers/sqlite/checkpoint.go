@@ -10,10 +10,11 @@ import (
 )
 
 const (
-	// checkpointInterval is the least time between two background
-	// checkpoints: pages written again meanwhile are copied once, and the
-	// database file is fsynced at most this often.
-	checkpointInterval = 100 * time.Millisecond
+	// defaultCheckpointInterval is the least time between two background
+	// checkpoints (Options.CheckpointInterval): pages written again
+	// meanwhile are copied once, and the database file is fsynced at most
+	// this often.
+	defaultCheckpointInterval = 100 * time.Millisecond
 	// fallbackCheckpointPages is the writer's own wal_autocheckpoint, a
 	// bound on the WAL (4 KiB pages) should the background checkpoints fall
 	// behind. SQLite's default, 1000, is what the background ones replace.
@@ -32,6 +33,7 @@ type checkpointer struct {
 	db    *sql.DB
 	conn  *sql.Conn
 	log   *slog.Logger
+	every time.Duration // Options.CheckpointInterval
 	kickc chan struct{} // a commit happened (coalesced)
 	stopc chan struct{}
 	done  chan struct{}
@@ -47,7 +49,7 @@ func startCheckpointer(ctx context.Context, path string, opts Options, log *slog
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("connect checkpointer: %w", err), db.Close())
 	}
-	c := &checkpointer{db: db, conn: conn, log: log,
+	c := &checkpointer{db: db, conn: conn, log: log, every: opts.CheckpointInterval,
 		kickc: make(chan struct{}, 1), stopc: make(chan struct{}), done: make(chan struct{})}
 	go c.loop()
 	return c, nil
@@ -63,7 +65,7 @@ func (c *checkpointer) kick() {
 
 func (c *checkpointer) loop() {
 	defer close(c.done)
-	pause := time.NewTimer(checkpointInterval)
+	pause := time.NewTimer(c.every)
 	pause.Stop()
 	for {
 		select {
@@ -77,7 +79,7 @@ func (c *checkpointer) loop() {
 		if err != nil {
 			c.log.Warn("background checkpoint failed", "err", err)
 		}
-		pause.Reset(checkpointInterval)
+		pause.Reset(c.every)
 		select {
 		case <-c.stopc:
 			return
