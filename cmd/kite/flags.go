@@ -286,8 +286,8 @@ func (f *serveFlags) config(log *slog.Logger) server.Config {
 		AuthToken:                   f.authToken,
 		AuthTokenTTL:                time.Duration(f.authTokenTTL) * time.Second,
 		BcryptCost:                  int(f.bcryptCost),
-		ReadAheadBytes:              splitMemory(int64(f.memoryBudget)).readAhead,
-		WatchRingBytes:              splitMemory(int64(f.memoryBudget)).watchRing,
+		ReadAheadBytes:              f.memoryShares().readAhead,
+		WatchRingBytes:              f.memoryShares().watchRing,
 		AutoCompactionMode:          f.autoCompactionMode,
 		AutoCompactionRetention:     f.autoCompactionRetention,
 		EnablePprof:                 f.enablePprof,
@@ -319,6 +319,12 @@ func disabledIfZero(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// memoryShares divides --memory-budget for these flags: applied behind a
+// log, the readers' mappings get a smaller share (splitMemory).
+func (f *serveFlags) memoryShares() memoryShares {
+	return splitMemory(int64(f.memoryBudget), f.experimentalLogCommit)
 }
 
 // raftMode reports whether the flags select raftsql: etcd's cluster flags,
@@ -416,7 +422,7 @@ func (f *serveFlags) datastore(log *slog.Logger) datastore.Config {
 		Raft:            f.raft,
 		SQLite:          f.sqliteOptions(),
 		LogCommit:       f.experimentalLogCommit,
-		RowCacheBytes:   splitMemory(int64(f.memoryBudget)).rowCache,
+		RowCacheBytes:   f.memoryShares().rowCache,
 		Logger:          log,
 	}
 }
@@ -443,7 +449,7 @@ func (f *serveFlags) wakeListen() string {
 // sqliteOptions tunes the SQLite databases from --memory-budget (and, in
 // a -tags kitetest build, a test's lower change-count bound).
 func (f *serveFlags) sqliteOptions() sqlite.Options {
-	opts := splitMemory(int64(f.memoryBudget)).sqlite()
+	opts := f.memoryShares().sqlite()
 	opts.MaxChangesPerRevision = f.testMaxChanges
 	return opts
 }

@@ -54,25 +54,38 @@ type memoryShares struct {
 
 // Shares of the budget, as fractions 1/n.
 const (
-	mmapShareDiv      = 2   // all read connections' mappings together
-	readAheadShareDiv = 16  //
-	writerCacheDiv    = 64  //
-	readerCacheDiv    = 256 // each read connection
-	watchRingDiv      = 64  // part of the Go heap's share
-	rowCacheDiv       = 64  // part of the Go heap's share
-	sqliteReadConns   = 4   // the SQLite driver's default read pool
+	mmapShareDiv = 2 // all read connections' mappings together
+	// behindMmapShareDiv replaces mmapShareDiv when a memtail applies
+	// behind a log (--experimental-sqlite-log-commit): SQLite then commits
+	// once per flush, every 100 ms, instead of once per write, so a read
+	// connection's own page cache survives between commits and the
+	// mapping saves few reads, while every mapping counts the pages it
+	// touched in the resident set again (docs/benchmarks.md, "a member's
+	// memory is the readers' mappings").
+	behindMmapShareDiv = 8
+	readAheadShareDiv  = 16  //
+	writerCacheDiv     = 64  //
+	readerCacheDiv     = 256 // each read connection
+	watchRingDiv       = 64  // part of the Go heap's share
+	rowCacheDiv        = 64  // part of the Go heap's share
+	sqliteReadConns    = 4   // the SQLite driver's default read pool
 )
 
-func splitMemory(budget int64) memoryShares {
+// splitMemory divides budget; behind says a memtail applies behind a log.
+func splitMemory(budget int64, behind bool) memoryShares {
+	mmapDiv := int64(mmapShareDiv)
+	if behind {
+		mmapDiv = behindMmapShareDiv
+	}
 	m := memoryShares{
-		readerMmap:     budget / mmapShareDiv / sqliteReadConns,
+		readerMmap:     budget / mmapDiv / sqliteReadConns,
 		readerCacheKiB: int(budget / readerCacheDiv >> 10),
 		writerCacheKiB: int(budget / writerCacheDiv >> 10),
 		readAhead:      budget / readAheadShareDiv,
 		watchRing:      budget / watchRingDiv,
 		rowCache:       budget / rowCacheDiv,
 	}
-	m.goHeap = budget - budget/mmapShareDiv - sqliteReadConns*budget/readerCacheDiv - budget/writerCacheDiv
+	m.goHeap = budget - budget/mmapDiv - sqliteReadConns*budget/readerCacheDiv - budget/writerCacheDiv
 	return m
 }
 

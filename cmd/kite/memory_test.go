@@ -62,6 +62,15 @@ func TestMemoryBudgetFlag(t *testing.T) {
 	if ds := f.datastore(nil); ds.SQLite.MmapBytes != 128<<20 || ds.SQLite.ReadConns != 4 {
 		t.Fatalf("1 GiB budget: sqlite options %+v", ds.SQLite)
 	}
+	// Applied behind a log, SQLite commits once per flush: the readers map
+	// a quarter as much and their pages stay in their own caches.
+	f, err = parseServeFlags([]string{"--experimental-sqlite-log-commit"}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds := f.datastore(nil); ds.SQLite.MmapBytes != 32<<20 || ds.SQLite.CacheSizeKiB != 4<<10 {
+		t.Fatalf("1 GiB budget applied behind: sqlite options %+v, want 32 MiB mapped and 4 MiB cached per reader", ds.SQLite)
+	}
 	if _, err := parseServeFlags([]string{"--memory-budget", "16MiB"}, env(nil)); err == nil || !strings.Contains(err.Error(), "minimum") {
 		t.Fatalf("16 MiB budget: %v, want refused as below the minimum", err)
 	}
@@ -70,8 +79,12 @@ func TestMemoryBudgetFlag(t *testing.T) {
 // The shares must add up to no more than the budget, whatever its size,
 // or the budget would not bound anything.
 func TestSplitMemoryStaysInBudget(t *testing.T) {
-	for _, budget := range []int64{minMemoryBudget, 100 << 20, defaultMemoryBudget, 3<<30 + 7} {
-		m := splitMemory(budget)
+	for _, c := range []struct {
+		budget int64
+		behind bool
+	}{{minMemoryBudget, false}, {100 << 20, false}, {defaultMemoryBudget, false}, {3<<30 + 7, false},
+		{minMemoryBudget, true}, {defaultMemoryBudget, true}} {
+		budget, m := c.budget, splitMemory(c.budget, c.behind)
 		sqliteCaches := int64(sqliteReadConns*m.readerCacheKiB+m.writerCacheKiB) << 10
 		total := sqliteReadConns*m.readerMmap + sqliteCaches + m.goHeap
 		if total > budget || m.goHeap < budget/3 || m.readerMmap <= 0 || m.readerCacheKiB <= 0 || m.readAhead <= 0 {

@@ -58,7 +58,7 @@ func runServe(args []string) int {
 			return fatalf("%v", err)
 		}
 	}
-	splitMemory(int64(f.memoryBudget)).applyGoLimit(log, os.Getenv)
+	f.memoryShares().applyGoLimit(log, os.Getenv)
 	for _, name := range unknownEtcdEnv(os.Environ()) {
 		log.Warn("etcd environment variable not understood by kite; ignored", "variable", name)
 	}
