@@ -322,9 +322,12 @@ func disabledIfZero(d time.Duration) time.Duration {
 }
 
 // memoryShares divides --memory-budget for these flags: applied behind a
-// log, the readers' mappings get a smaller share (splitMemory).
+// log, the readers' mappings get a smaller share (splitMemory). Only the
+// sqlite and raftsql modes apply behind one; the others ignore the flag.
 func (f *serveFlags) memoryShares() memoryShares {
-	return splitMemory(int64(f.memoryBudget), f.experimentalLogCommit)
+	kind, err := datastore.Kind(f.datastoreEndpoint)
+	behind := f.experimentalLogCommit && (f.raftMode() || err == nil && kind == datastore.KindSQLite)
+	return splitMemory(int64(f.memoryBudget), behind)
 }
 
 // raftMode reports whether the flags select raftsql: etcd's cluster flags,

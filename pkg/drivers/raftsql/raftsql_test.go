@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/types"
 	etcdmembership "go.etcd.io/etcd/server/v3/etcdserver/api/membership"
@@ -153,5 +154,23 @@ func TestStartRefusesBadPeerURLs(t *testing.T) {
 	}
 	if n.node != nil {
 		t.Fatal("raft started despite the error")
+	}
+}
+
+// Applied behind the WAL, the local database commits once per flush and is
+// checkpointed at most once a second (applyBehindCheckpointInterval); the
+// synchronous apply keeps the driver's default, and a caller's own
+// interval is kept in both.
+func TestLocalDBCheckpointInterval(t *testing.T) {
+	for _, c := range []struct {
+		behind bool
+		given  time.Duration
+		want   time.Duration
+	}{{false, 0, 0}, {true, 0, applyBehindCheckpointInterval}, {true, 5 * time.Second, 5 * time.Second}} {
+		cfg := Config{ApplyBehind: c.behind}
+		cfg.SQLite.CheckpointInterval = c.given
+		if got := localDBOptions(cfg).CheckpointInterval; got != c.want {
+			t.Errorf("ApplyBehind %v, CheckpointInterval %v: local database's %v, want %v", c.behind, c.given, got, c.want)
+		}
 	}
 }
