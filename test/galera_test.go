@@ -62,7 +62,7 @@ func galeraOneOrder(t *testing.T, g *mysqltest.Galera, ks []*kiteProcess) {
 	}
 	for code, n := range codesSeen.snapshot() {
 		if code != codes.Unavailable {
-			t.Errorf("%d writes failed with %v with no fault injected: a lost certification must be retried inside kite, and only a write that lost every attempt answered Unavailable", n, code)
+			t.Errorf("%d writes failed with %v with no fault injected (the first: %v): a lost certification must be retried inside kite, and only a write that lost every attempt answered Unavailable", n, code, codesSeen.example(code))
 		}
 	}
 
@@ -84,7 +84,7 @@ func galeraOneOrder(t *testing.T, g *mysqltest.Galera, ks []*kiteProcess) {
 	t.Logf("acknowledged writes: %d; failed writes per server: %v; by code: %v", len(acks), failed, codesSeen.snapshot())
 	for code, n := range codesSeen.snapshot() {
 		if code != codes.Unavailable && code != codes.DeadlineExceeded {
-			t.Errorf("%d writes failed with %v; want only etcd's retryable Unavailable (or a client deadline)", n, code)
+			t.Errorf("%d writes failed with %v (the first: %v); want only etcd's retryable Unavailable (or a client deadline)", n, code, codesSeen.example(code))
 		}
 	}
 	if failed[1] == 0 {
@@ -114,13 +114,17 @@ func galeraOneOrder(t *testing.T, g *mysqltest.Galera, ks []*kiteProcess) {
 	checkHashKV(ctx, t, ks, last)
 }
 
-// codeCount counts failed requests by gRPC code.
+// codeCount counts failed requests by gRPC code and keeps the first
+// error of each, so that a failure names what the client was told.
 type codeCount struct {
-	mu sync.Mutex
-	n  map[codes.Code]int
+	mu    sync.Mutex
+	n     map[codes.Code]int
+	first map[codes.Code]error
 }
 
-func newCodeCount() *codeCount { return &codeCount{n: map[codes.Code]int{}} }
+func newCodeCount() *codeCount {
+	return &codeCount{n: map[codes.Code]int{}, first: map[codes.Code]error{}}
+}
 
 func (c *codeCount) add(err error) {
 	if err == nil {
@@ -132,7 +136,17 @@ func (c *codeCount) add(err error) {
 	}
 	c.mu.Lock()
 	c.n[code]++
+	if c.first[code] == nil {
+		c.first[code] = err
+	}
 	c.mu.Unlock()
+}
+
+// example is the first error seen with code.
+func (c *codeCount) example(code codes.Code) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.first[code]
 }
 
 func (c *codeCount) snapshot() map[codes.Code]int {

@@ -48,6 +48,9 @@ const (
 	erLockDeadlock      = 1213 // ER_LOCK_DEADLOCK, also Galera's certification failure
 	erSavepointGone     = 1305 // ER_SP_DOES_NOT_EXIST: a Galera write transaction rolled back under kite (galera.go)
 	erWsrepNotReady     = 1047 // ER_UNKNOWN_COM_ERROR: "WSREP has not yet prepared node for application use"
+	erErrorDuringCommit = 1180 // ER_ERROR_DURING_COMMIT: "Got error n ... during COMMIT", a Galera node leaving its cluster
+	erLockWaitTimeout   = 1205 // ER_LOCK_WAIT_TIMEOUT, also a Galera causal read (wsrep_sync_wait) that timed out
+	erQueryInterrupted  = 1317 // ER_QUERY_INTERRUPTED: KILL QUERY, a server shutting down
 
 	erUnknownSystemVariable = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE
 	erDupFieldName          = 1060 // ER_DUP_FIELDNAME
@@ -91,7 +94,7 @@ func isDiskFull(err error) bool {
 	switch me.Number {
 	case erDiskFull, erRecordFileFull:
 		return true
-	case eeWrite, erErrorOnWrite, erGetErrno:
+	case eeWrite, erErrorOnWrite, erGetErrno, erErrorDuringCommit:
 		return enospc.MatchString(me.Message)
 	}
 	return false
@@ -104,14 +107,18 @@ var enospc = regexp.MustCompile(`(?i)\b(?:error|errno:|errcode:) ?28\b`)
 
 // isConnectionError reports errors of the connection rather than of the
 // statement: the network, a server shutting down or refusing connections,
-// a session killed, a server that only reads (a replica or a primary
-// being switched over), or a Galera node cut off from its cluster's
-// primary component, after which a retry may reach a writable one.
+// a session killed or its statement interrupted, a server that only
+// reads (a replica or a primary being switched over), a Galera node cut
+// off from its cluster's primary component or not yet synced with it
+// (its COMMIT or its causal wait fails), after which a retry may reach a
+// writable one. None of these committed anything: the transaction is
+// rolled back with the failed statement.
 func isConnectionError(err error) bool {
 	var me *gomysql.MySQLError
 	if errors.As(err, &me) {
 		switch me.Number {
-		case erConCount, erServerShutdown, erOptionPreventsRO, erConnectionKilled, erClientIdleTimeout, erWsrepNotReady:
+		case erConCount, erServerShutdown, erOptionPreventsRO, erConnectionKilled, erClientIdleTimeout, erWsrepNotReady,
+			erErrorDuringCommit, erLockWaitTimeout, erQueryInterrupted:
 			return true
 		}
 		return false

@@ -38,6 +38,10 @@ func TestClassify(t *testing.T) {
 		{&gomysql.MySQLError{Number: 1062}, nil},                        // duplicate key: a statement's error
 		{&gomysql.MySQLError{Number: erLockDeadlock}, mvcc.ErrConflict}, // deadlock, lost certification
 		{&gomysql.MySQLError{Number: erWsrepNotReady}, mvcc.ErrUnavailable},
+		{&gomysql.MySQLError{Number: erErrorDuringCommit, Message: `Got error 6 "No such device or address" during COMMIT`}, mvcc.ErrUnavailable},
+		{&gomysql.MySQLError{Number: erErrorDuringCommit, Message: `Got error 28 "No space left on device" during COMMIT`}, mvcc.ErrDiskFull},
+		{&gomysql.MySQLError{Number: erLockWaitTimeout}, mvcc.ErrUnavailable},
+		{&gomysql.MySQLError{Number: erQueryInterrupted}, mvcc.ErrUnavailable},
 		{errors.New("other"), nil},
 	}
 	for _, tc := range tests {
