@@ -254,10 +254,10 @@ func TestRaftSQLMemberListWithMemberDown(t *testing.T) {
 // others'; the cluster goes on, and the member restarted replays the
 // entry from its WAL and converges. The fault (the kite-only fail-apply
 // test hook) fails the next Put statement inside the SQLite transaction
-// that applies the entry, as a real storage error would; with
-// --experimental-sqlite-log-commit the entry is applied in memory first
-// and the fault fails the flush that moves it into SQLite, which must
-// stop the member the same way.
+// that applies the entry, as a real storage error would (with
+// --raft-apply-behind=false); applied behind the WAL (the default) the
+// entry is applied in memory first and the fault fails the flush that
+// moves it into SQLite, which must stop the member the same way.
 func TestRaftSQLApplyFailureStopsMember(t *testing.T) {
 	if againstEtcd {
 		t.Skip("the fault is a kite test hook")
@@ -266,8 +266,8 @@ func TestRaftSQLApplyFailureStopsMember(t *testing.T) {
 		name  string
 		flags []string
 	}{
-		{"apply commits SQLite", nil},
-		{"applied behind", []string{"--experimental-sqlite-log-commit"}},
+		{"apply commits SQLite", []string{"--raft-apply-behind=false"}},
+		{"applied behind", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) { applyFailureStopsMember(t, tc.flags) })
 	}

@@ -123,10 +123,11 @@ func tearKiteLog(t *testing.T, dir string) {
 // unsynced behind the raft WAL, loses its last committed transaction, as
 // a power loss loses what was never synced: the member replays the
 // entries after its applied index from the raft WAL. Either way it
-// converges to the others' HashKV and has every acknowledged write. With
-// --experimental-sqlite-log-commit the members apply into memory and
+// converges to the others' HashKV and has every acknowledged write.
+// Applied behind the WAL (the default) the members apply into memory and
 // SQLite behind it: the SIGKILL loses the entries in memory as well, and
-// the same replay brings them back.
+// the same replay brings them back; with --raft-apply-behind=false every
+// apply batch is a SQLite commit.
 func TestTornTailRaftSQL(t *testing.T) {
 	if againstEtcd {
 		t.Skip("the damage is to kite's raft WAL and SQLite files")
@@ -143,10 +144,10 @@ func TestTornTailRaftSQL(t *testing.T) {
 		flags []string
 		tear  func(t *testing.T, dataDir string) bool
 	}{
-		{"raft WAL", nil, tearRaft},
-		{"SQLite WAL", nil, tearSQLite},
-		{"raft WAL, applied behind", []string{"--experimental-sqlite-log-commit"}, tearRaft},
-		{"SQLite WAL, applied behind", []string{"--experimental-sqlite-log-commit"}, tearSQLite},
+		{"raft WAL, apply commits SQLite", []string{"--raft-apply-behind=false"}, tearRaft},
+		{"SQLite WAL, apply commits SQLite", []string{"--raft-apply-behind=false"}, tearSQLite},
+		{"raft WAL, applied behind", nil, tearRaft},
+		{"SQLite WAL, applied behind", nil, tearSQLite},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := startClusterWith(t, 3, tc.flags...)

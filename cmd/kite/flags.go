@@ -87,6 +87,7 @@ type serveFlags struct {
 	catchUpEntries   uint64
 	corruptCheckTime time.Duration
 	packProposals    bool
+	raftApplyBehind  bool
 	// raftsql peer TLS, etcd's flags.
 	peerCertFile       string
 	peerKeyFile        string
@@ -180,6 +181,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.Uint64Var(&f.catchUpEntries, "snapshot-catchup-entries", 5000, "Number of entries for a slow follower to catch-up after compacting the raft storage entries.")
 	fs.Uint64Var(&f.catchUpEntries, "experimental-snapshot-catchup-entries", 5000, "Deprecated alias of --snapshot-catchup-entries.")
 	fs.BoolVar(&f.packProposals, "raft-pack-proposals", false, "Propose the writes that queue up at a member while it hands its previous proposal to raft as one raft entry, instead of one entry per write (raftsql). Every member must run a kite that reads such entries (this flag's kite or later). Measured, not faster on a 2-core machine: see docs/benchmarks.md.")
+	fs.BoolVar(&f.raftApplyBehind, "raft-apply-behind", true, "Apply committed entries into memory and move them into SQLite in large unsynced transactions behind the apply, the raft WAL being the commit point (raftsql). false: one synced SQLite commit per apply batch before the client is answered, slower (docs/benchmarks.md). Either way a restart replays from the WAL what SQLite does not hold.")
 	fs.DurationVar(&f.corruptCheckTime, "corrupt-check-time", 5*time.Minute, "Duration of time between cluster corruption check passes (raftsql; the first runs shortly after start).")
 	fs.StringVar(&f.peerCertFile, "peer-cert-file", "", "Path to the peer server TLS cert file (raftsql; served on https:// peer URLs and presented to other members).")
 	fs.StringVar(&f.peerKeyFile, "peer-key-file", "", "Path to the peer server TLS key file.")
@@ -194,7 +196,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.IntVar(&f.datastoreMaxOpenConns, "datastore-max-open-connections", 0, "Most connections to a database server (0: the driver's default).")
 	fs.IntVar(&f.datastoreMaxIdleConns, "datastore-max-idle-connections", 0, "Connections to a database server kept open while idle (0: the driver's default).")
 	fs.DurationVar(&f.datastoreConnMaxLifetime, "datastore-connection-max-lifetime", 0, "Longest a database server connection is reused (0: the driver's default).")
-	fs.BoolVar(&f.experimentalLogCommit, "experimental-sqlite-log-commit", false, "In sqlite mode: acknowledge a write once kite's own log (kite.db.log next to the database) has synced it, and apply it to SQLite in batches behind the log (pkg/mvcc/memtail). Started without it, kite first applies what such a log still holds and removes it. In raftsql mode, where the raft WAL is the commit point: apply committed entries into memory and move them into SQLite in batches behind the apply. Measured, not yet faster: see docs/benchmarks.md.")
+	fs.BoolVar(&f.experimentalLogCommit, "experimental-sqlite-log-commit", false, "In sqlite mode: acknowledge a write once kite's own log (kite.db.log next to the database) has synced it, and apply it to SQLite in batches behind the log (pkg/mvcc/memtail). Started without it, kite first applies what such a log still holds and removes it. Measured, not yet faster: see docs/benchmarks.md. Refused in the other modes (raftsql applies behind its WAL: --raft-apply-behind).")
 	fs.StringVar(&f.datastoreWakeListen, "datastore-wake-listen", "", "On MySQL: the host:port where this server takes the other kite servers' wake-ups after their commits; they must reach it (default: the host of the first advertised client URL, any port).")
 	fs.Usage = func() { printUsage(fs.Output(), fs) }
 	return fs
@@ -239,6 +241,7 @@ func parseServeFlags(args []string, getenv func(string) string) (*serveFlags, er
 		if serr := fs.Set(fl.Name, v); serr != nil {
 			err = fmt.Errorf("invalid value %q for %s: %w", v, env, serr)
 		}
+		set[fl.Name] = true
 	})
 	if err == nil {
 		err = f.checkDiscoveryFlags()
@@ -248,6 +251,9 @@ func parseServeFlags(args []string, getenv func(string) string) (*serveFlags, er
 	}
 	if err == nil {
 		f.testMaxChanges, err = testMaxChanges()
+	}
+	if err == nil {
+		err = f.checkModeFlags(set)
 	}
 	if err == nil && f.raftMode() {
 		f.raft, err = f.raftConfig()
@@ -322,11 +328,13 @@ func disabledIfZero(d time.Duration) time.Duration {
 }
 
 // memoryShares divides --memory-budget for these flags: applied behind a
-// log, the readers' mappings get a smaller share (splitMemory). Only the
-// sqlite and raftsql modes apply behind one; the others ignore the flag.
+// log, the readers' mappings get a smaller share (splitMemory): raftsql
+// by default (--raft-apply-behind), sqlite with
+// --experimental-sqlite-log-commit.
 func (f *serveFlags) memoryShares() memoryShares {
-	kind, err := datastore.Kind(f.datastoreEndpoint)
-	behind := f.experimentalLogCommit && (f.raftMode() || err == nil && kind == datastore.KindSQLite)
+	mode := f.mode()
+	behind := mode == datastore.KindRaftSQL && f.raftApplyBehind ||
+		mode == datastore.KindSQLite && f.experimentalLogCommit
 	return splitMemory(int64(f.memoryBudget), behind)
 }
 
@@ -389,6 +397,7 @@ func (f *serveFlags) raftConfig() (*raftsql.Config, error) {
 		CatchUpEntries:  f.catchUpEntries,
 		MaxRequestBytes: int(f.maxRequestBytes),
 		PackProposals:   f.packProposals,
+		ApplyBehind:     f.raftApplyBehind,
 
 		CorruptCheckInterval: f.corruptCheckTime,
 		PeerTLS: raftsql.PeerTLS{

@@ -71,13 +71,25 @@ func TestMemoryBudgetFlag(t *testing.T) {
 	if ds := f.datastore(nil); ds.SQLite.MmapBytes != 32<<20 || ds.SQLite.CacheSizeKiB != 4<<10 {
 		t.Fatalf("1 GiB budget applied behind: sqlite options %+v, want 32 MiB mapped and 4 MiB cached per reader", ds.SQLite)
 	}
-	// Postgres mode has no log commit: the flag changes no share there.
-	f, err = parseServeFlags([]string{"--experimental-sqlite-log-commit", "--datastore-endpoint", "postgres://127.0.0.1/kite"}, env(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := f.memoryShares(), splitMemory(defaultMemoryBudget, false); got != want {
-		t.Fatalf("postgres mode with the log commit flag: shares %+v, want %+v", got, want)
+	// raftsql applies behind its WAL unless told not to.
+	for _, c := range []struct {
+		args   []string
+		behind bool
+	}{
+		{[]string{"--datastore-endpoint", "raftsql"}, true},
+		{[]string{"--datastore-endpoint", "raftsql", "--raft-apply-behind=false"}, false},
+		{[]string{"--datastore-endpoint", "postgres://127.0.0.1/kite"}, false},
+	} {
+		f, err := parseServeFlags(c.args, env(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := f.memoryShares(), splitMemory(defaultMemoryBudget, c.behind); got != want {
+			t.Errorf("%v: shares %+v, want %+v", c.args, got, want)
+		}
+		if f.raft != nil && f.raft.ApplyBehind != c.behind {
+			t.Errorf("%v: raftsql.Config.ApplyBehind %v, want %v", c.args, f.raft.ApplyBehind, c.behind)
+		}
 	}
 	if _, err := parseServeFlags([]string{"--memory-budget", "16MiB"}, env(nil)); err == nil || !strings.Contains(err.Error(), "minimum") {
 		t.Fatalf("16 MiB budget: %v, want refused as below the minimum", err)

@@ -61,12 +61,13 @@ type Config struct {
 	// by Open.
 	SQLite sqlite.Options
 	// LogCommit makes kite's own log the commit point in sqlite mode
-	// (--experimental-sqlite-log-commit, see openSQLite); in raftsql mode,
-	// whose raft WAL already is the commit point, it applies committed
-	// entries to SQLite in batches behind it (raftsql.Config.ApplyBehind).
+	// (--experimental-sqlite-log-commit, see openSQLite). raftsql, whose
+	// WAL is the commit point, applies behind it when Raft.ApplyBehind
+	// says so (--raft-apply-behind).
 	LogCommit bool
-	// RowCacheBytes bounds the writer's cache of the newest rows under
-	// LogCommit (memtail.Options.RowCacheBytes; 0: memtail's default).
+	// RowCacheBytes bounds the writer's cache of the newest rows applied
+	// behind a log, in either mode (memtail.Options.RowCacheBytes; 0:
+	// memtail's default).
 	RowCacheBytes int64
 	Logger        *slog.Logger
 }
@@ -153,7 +154,7 @@ func Open(ctx context.Context, cfg Config) (mvcc.Backend, error) {
 			rc = *cfg.Raft
 		}
 		rc.DataDir, rc.Logger, rc.SQLite = cfg.DataDir, log, cfg.SQLite
-		rc.ApplyBehind, rc.RowCacheBytes = cfg.LogCommit, cfg.RowCacheBytes
+		rc.RowCacheBytes = cfg.RowCacheBytes
 		n, err := raftsql.Open(ctx, rc)
 		if err != nil {
 			return nil, fmt.Errorf("open raftsql member: %w", err)

@@ -71,8 +71,8 @@ type Config struct {
 	// and moves them into SQLite in large transactions behind the apply,
 	// instead of one SQLite commit per apply batch before the client is
 	// answered: the raft WAL already makes them durable, and the WAL is
-	// released only once SQLite holds them synced. Experimental
-	// (--experimental-sqlite-log-commit).
+	// released only once SQLite holds them synced (--raft-apply-behind,
+	// kite's default: it measured ahead, docs/benchmarks.md).
 	ApplyBehind bool
 	// PackProposals proposes the requests this member's clients send
 	// while its previous proposal is under way as one raft entry
