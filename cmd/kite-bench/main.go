@@ -177,7 +177,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, slog.Level, error) {
 	fs.StringVar(&cfg.kineBinary, "kine-binary", "", "postgres and mysql modes: add kine "+kineVersion+" as a second reference on its own fresh database; a kine binary, or \""+kineAuto+"\" to build it from its Go module (see \"How kine is built\" above)")
 	fs.IntVar(&cfg.kineServers, "kine-servers", 1, "postgres and mysql modes: kine servers sharing kine's database (2 to measure kine's cross-server watch, which polls)")
 	fs.StringVar(&cfg.kineCacheDir, "kine-cache", "", "where --kine-binary "+kineAuto+" keeps the kine it builds (default: $XDG_CACHE_HOME/kite-bench/kine-"+kineVersion+")")
-	fs.StringVar(&profile, "profile", "", "comma-separated workload labels (or \"all\") during which to take a CPU profile of every kite server (started with --enable-pprof), with --compare")
+	fs.StringVar(&profile, "profile", "", "comma-separated workload labels (or \"all\") during which to take a CPU profile of every kite server (started with --enable-pprof), and at whose end a heap profile, with --compare")
 	fs.StringVar(&cfg.profileDir, "profile-dir", ".", "where --profile writes kite-WORKLOAD[-sN].pprof")
 	fs.Usage = func() { usage(fs) }
 	if err := fs.Parse(args); err != nil {

@@ -36,12 +36,19 @@ func startProfiles(ctx context.Context, cfg *config, log *slog.Logger, t *target
 		}
 		path := filepath.Join(cfg.profileDir, name+".pprof")
 		url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.Endpoint, seconds)
+		heapPath := filepath.Join(cfg.profileDir, name+".heap.pprof")
+		heapURL := p.Endpoint + "/debug/pprof/heap"
 		wg.Go(func() {
 			if err := fetchProfile(ctx, url, path, time.Duration(seconds+30)*time.Second); err != nil {
 				log.Warn("CPU profile failed", "server", p.Name, "workload", label, "error", err)
 				return
 			}
 			log.Info("wrote CPU profile", "server", p.Name, "workload", label, "file", path, "seconds", seconds)
+			if err := fetchProfile(ctx, heapURL, heapPath, 30*time.Second); err != nil {
+				log.Warn("heap profile failed", "server", p.Name, "workload", label, "error", err)
+				return
+			}
+			log.Info("wrote heap profile", "server", p.Name, "workload", label, "file", heapPath)
 		})
 	}
 	return wg.Wait

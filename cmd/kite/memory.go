@@ -43,9 +43,9 @@ type memoryShares struct {
 	// watchRing bounds the events of recent revisions the watch hub keeps
 	// for watchers a little behind; it lives in the Go heap's share.
 	watchRing int64
-	// rowCache bounds the writer's cache of the newest rows with
-	// --experimental-sqlite-log-commit (memtail.Options.RowCacheBytes);
-	// it lives in the Go heap's share too.
+	// rowCache bounds the writer's cache of the newest rows applied
+	// behind a log (memtail.Options.RowCacheBytes); it lives in the Go
+	// heap's share too.
 	rowCache int64
 	// goHeap is the Go runtime's soft memory limit: the rest of the
 	// budget after the mappings and SQLite's caches.
@@ -56,7 +56,8 @@ type memoryShares struct {
 const (
 	mmapShareDiv = 2 // all read connections' mappings together
 	// behindMmapShareDiv replaces mmapShareDiv when a memtail applies
-	// behind a log (--experimental-sqlite-log-commit): SQLite then commits
+	// behind a log (raftsql's default; sqlite mode with
+	// --experimental-sqlite-log-commit): SQLite then commits
 	// once per flush, every 100 ms, instead of once per write, so a read
 	// connection's own page cache survives between commits and the
 	// mapping saves few reads, while every mapping counts the pages it

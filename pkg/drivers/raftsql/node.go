@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/types"
@@ -59,11 +60,14 @@ type Node struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	// errc carries the error that stopped the node (a failed apply, a
-	// removed member); Err exposes it.
-	errc    chan error
-	wg      sync.WaitGroup
-	closeMu sync.Mutex
-	closed  bool
+	// removed member); Err exposes it. stopping says it was sent: what
+	// fails after it (an apply cancelled by the stop) is a consequence,
+	// not the cause.
+	errc     chan error
+	stopping atomic.Bool
+	wg       sync.WaitGroup
+	closeMu  sync.Mutex
+	closed   bool
 }
 
 var (
@@ -343,10 +347,11 @@ func peerURLs(us []string) (types.URLs, error) {
 func (n *Node) Err() <-chan error { return n.errc }
 
 func (n *Node) fail(err error) {
-	select {
-	case n.errc <- err:
+	if n.stopping.CompareAndSwap(false, true) {
+		n.errc <- err
 		n.log.Error("raftsql node stopped", "err", err)
-	default:
+	} else {
+		n.log.Debug("raftsql node: an error after the stop", "err", err)
 	}
 	n.cancel()
 }
