@@ -577,21 +577,31 @@ func printUsage(w io.Writer, fs *flag.FlagSet) {
 
 Every flag can also be set through an environment variable (shown below);
 a flag with etcd's name and meaning also reads etcd's ETCD_ variable. A flag
-given on the command line wins, then KITE_, then ETCD_.
-
-Flags:
+given on the command line wins, then KITE_, then ETCD_. The flags of one
+storage mode are listed under it; a mode's flag given in another mode is
+refused.
 `)
-	fs.VisitAll(func(fl *flag.Flag) {
-		name, usage := flag.UnquoteUsage(fl)
-		fmt.Fprintf(w, "  --%s %s\n", fl.Name, name)
-		fmt.Fprintf(w, "        %s\n", usage)
-		if fl.DefValue != "" && fl.DefValue != "[]" {
-			fmt.Fprintf(w, "        default: %s\n", fl.DefValue)
-		}
-		if e := etcdEnvName(fl.Name); e != "" {
-			fmt.Fprintf(w, "        env: %s, %s\n", envName(fl.Name), e)
-		} else {
-			fmt.Fprintf(w, "        env: %s\n", envName(fl.Name))
-		}
-	})
+	for _, g := range helpGroups {
+		fmt.Fprintf(w, "\n%s:\n", g.title)
+		fs.VisitAll(func(fl *flag.Flag) {
+			if flagGroup(fl.Name) == g.mode {
+				printFlag(w, fl)
+			}
+		})
+	}
+}
+
+// printFlag prints one flag of kite --help.
+func printFlag(w io.Writer, fl *flag.Flag) {
+	name, usage := flag.UnquoteUsage(fl)
+	fmt.Fprintf(w, "  --%s %s\n", fl.Name, name)
+	fmt.Fprintf(w, "        %s\n", usage)
+	if fl.DefValue != "" && fl.DefValue != "[]" {
+		fmt.Fprintf(w, "        default: %s\n", fl.DefValue)
+	}
+	if e := etcdEnvName(fl.Name); e != "" {
+		fmt.Fprintf(w, "        env: %s, %s\n", envName(fl.Name), e)
+	} else {
+		fmt.Fprintf(w, "        env: %s\n", envName(fl.Name))
+	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/kite-db/kite/pkg/datastore"
 )
@@ -48,4 +49,46 @@ func (f *serveFlags) checkModeFlags(set map[string]bool) error {
 		return fmt.Errorf("%s", msg)
 	}
 	return nil
+}
+
+// helpGroups are kite --help's sections, in order: the flags of every
+// mode, then each mode's own.
+var helpGroups = []struct{ mode, title string }{
+	{"", "Flags of every storage mode"},
+	{datastore.KindSQLite, "sqlite mode (the default: --datastore-endpoint empty or sqlite://PATH)"},
+	{datastore.KindRaftSQL, "raftsql mode (--datastore-endpoint raftsql, or etcd's cluster flags: --initial-cluster, --listen-peer-urls, --discovery-srv)"},
+	{"database", "postgres and mysql modes (--datastore-endpoint postgres://... or mysql://...)"},
+}
+
+// raftsqlHelp are raftsql's flags that are not modeFlags: etcd's cluster
+// flags, which select raftsql rather than being refused outside it.
+var raftsqlHelp = map[string]bool{
+	"listen-peer-urls": true, "initial-advertise-peer-urls": true, "initial-cluster": true,
+	"initial-cluster-state": true, "initial-cluster-token": true, "discovery-srv": true,
+	"discovery-srv-name": true, "heartbeat-interval": true, "election-timeout": true,
+	"snapshot-count": true, "max-snapshots": true, "max-wals": true,
+	"snapshot-catchup-entries": true, "experimental-snapshot-catchup-entries": true,
+	"corrupt-check-time": true,
+}
+
+// databaseHelp are the flags of the modes on a database server.
+var databaseHelp = map[string]bool{
+	"datastore-max-open-connections": true, "datastore-max-idle-connections": true,
+	"datastore-connection-max-lifetime": true, "datastore-wake-listen": true,
+}
+
+// flagGroup is the helpGroups mode a flag is listed under.
+func flagGroup(name string) string {
+	for _, m := range modeFlags {
+		if m.flag == name {
+			return m.mode
+		}
+	}
+	switch {
+	case raftsqlHelp[name] || strings.HasPrefix(name, "peer-"):
+		return datastore.KindRaftSQL
+	case databaseHelp[name]:
+		return "database"
+	}
+	return ""
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"strings"
 	"testing"
 )
@@ -29,6 +30,45 @@ func TestModeFlagsRefusedElsewhere(t *testing.T) {
 			t.Errorf("%v %v: %v, want accepted", c.args, c.env, err)
 		case c.refused != "" && (err == nil || !strings.Contains(err.Error(), c.refused)):
 			t.Errorf("%v %v: %v, want refused with %q", c.args, c.env, err, c.refused)
+		}
+	}
+}
+
+// kite --help lists every flag once, a mode's flags under that mode.
+func TestHelpGroupsFlagsByMode(t *testing.T) {
+	var b strings.Builder
+	fs := newServeFlagSet(&serveFlags{})
+	printUsage(&b, fs)
+	help := b.String()
+	section := map[string]string{} // flag -> the section title above it
+	title := ""
+	for _, line := range strings.Split(help, "\n") {
+		if strings.HasSuffix(line, ":") && !strings.HasPrefix(line, " ") {
+			title = line
+		}
+		if name, ok := strings.CutPrefix(line, "  --"); ok {
+			name, _, _ = strings.Cut(name, " ")
+			if _, dup := section[name]; dup {
+				t.Errorf("--%s listed twice", name)
+			}
+			section[name] = title
+		}
+	}
+	fs.VisitAll(func(fl *flag.Flag) {
+		if _, ok := section[fl.Name]; !ok {
+			t.Errorf("--%s missing from kite --help", fl.Name)
+		}
+	})
+	for name, want := range map[string]string{
+		"raft-apply-behind":              "raftsql mode",
+		"initial-cluster":                "raftsql mode",
+		"peer-cert-file":                 "raftsql mode",
+		"experimental-sqlite-log-commit": "sqlite mode",
+		"datastore-wake-listen":          "postgres and mysql modes",
+		"data-dir":                       "Flags of every storage mode",
+	} {
+		if !strings.HasPrefix(section[name], want) {
+			t.Errorf("--%s under %q, want %q", name, section[name], want)
 		}
 	}
 }
