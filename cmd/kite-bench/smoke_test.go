@@ -282,11 +282,10 @@ func Test_SmokeCompareRaftSQL(t *testing.T) {
 			r.RaftEntriesPerOp <= 0 || r.RaftEntriesPerOp > 1.5 {
 			t.Errorf("%s/put@64 cost = %+v, want CPU per member, the leader's and the followers' apart, WAL syncs of all members and raft entries per write", target, r.cost)
 		}
-		// etcd commits bbolt every 100 ms, which a smoke run may not last;
-		// every kite member commits each batch it applies.
-		if r := results[target+"/put@64"]; target == "kite" && r.CommitsPerOp <= 0 {
-			t.Errorf("kite/put@64 cost = %+v, want the members' SQLite commits per write", r.cost)
-		}
+		// The backend commits are not checked: etcd commits bbolt every
+		// 100 ms, and a raftsql member applying behind its WAL (kite's
+		// default) flushes into SQLite as often, which a smoke run may not
+		// last.
 		if r := results[target+"/watch-remote"]; r.Ops <= 0 || r.Errors != 0 || r.Missed != 0 || r.Duplicates != 0 || r.Note != "" {
 			t.Errorf("%s/watch-remote = %+v, want ops > 0, nothing lost and the watchers on other members", target, r)
 		}
