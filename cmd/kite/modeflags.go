@@ -10,11 +10,16 @@ import (
 // modeFlags names the flags that only one storage mode has. Given in
 // another mode they are refused at start, as etcd refuses a flag it does
 // not know, rather than accepted and ignored: a user who asked for a
-// behaviour must not believe they have it.
-var modeFlags = []struct{ flag, mode, instead string }{
-	{"experimental-sqlite-log-commit", datastore.KindSQLite, "raftsql applies behind its WAL already: --raft-apply-behind"},
-	{"raft-apply-behind", datastore.KindRaftSQL, ""},
-	{"raft-pack-proposals", datastore.KindRaftSQL, ""},
+// behaviour must not believe they have it. hint, by the server's mode,
+// says what that mode has instead.
+var modeFlags = []struct {
+	flag, mode string
+	hint       map[string]string
+}{
+	{"experimental-sqlite-log-commit", datastore.KindSQLite,
+		map[string]string{datastore.KindRaftSQL: "raftsql applies behind its WAL already: --raft-apply-behind"}},
+	{"raft-apply-behind", datastore.KindRaftSQL, nil},
+	{"raft-pack-proposals", datastore.KindRaftSQL, nil},
 }
 
 // mode is the storage mode the flags select: raftsql when etcd's cluster
@@ -42,11 +47,11 @@ func (f *serveFlags) checkModeFlags(set map[string]bool) error {
 		if !set[m.flag] || m.mode == mode {
 			continue
 		}
-		msg := fmt.Sprintf("--%s is a %s-mode flag; this server is in %s mode", m.flag, m.mode, mode)
-		if m.instead != "" && mode == datastore.KindRaftSQL {
-			msg += " (" + m.instead + ")"
+		err := fmt.Errorf("--%s is a %s-mode flag; this server is in %s mode", m.flag, m.mode, mode)
+		if hint := m.hint[mode]; hint != "" {
+			err = fmt.Errorf("%w (%s)", err, hint)
 		}
-		return fmt.Errorf("%s", msg)
+		return err
 	}
 	return nil
 }

@@ -32,6 +32,11 @@ func TestModeFlagsRefusedElsewhere(t *testing.T) {
 			t.Errorf("%v %v: %v, want refused with %q", c.args, c.env, err, c.refused)
 		}
 	}
+	// The hint is for the mode that has the behaviour another way only.
+	_, err := parseServeFlags([]string{"--experimental-sqlite-log-commit", "--datastore-endpoint", "postgres://127.0.0.1/kite"}, env(nil))
+	if err == nil || strings.Contains(err.Error(), "raft-apply-behind") {
+		t.Errorf("postgres mode: %v, want refused without raftsql's hint", err)
+	}
 }
 
 // kite --help lists every flag once, a mode's flags under that mode.
