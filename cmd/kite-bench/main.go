@@ -53,7 +53,7 @@ const defaultWorkloads = "put@64,put@1,txn-update,get,get-serializable,list,list
 
 // smokeWorkloads is what --smoke runs when --workloads is not given: the
 // defaults and every other workload a single server can serve.
-const smokeWorkloads = defaultWorkloads + ",delete,list-all,list-under-writes"
+const smokeWorkloads = defaultWorkloads + ",delete,list-all,list-under-writes,put-paced"
 
 // config is everything the flags decide. It is built once and only read.
 type config struct {
@@ -73,6 +73,7 @@ type config struct {
 	events     int
 	watchRate  float64
 	writeRate  float64 // list-under-writes: its writer's puts per second
+	pacedRate  float64 // put-paced: puts offered per second
 	deleteKeys int     // delete: keys to load (0: --total, else per --duration)
 	loadTxnOps int     // puts per transaction of loadKeys
 	memoryKeys int
@@ -162,6 +163,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, slog.Level, error) {
 	fs.IntVar(&cfg.events, "events", 1000, "watch: events written (each must reach every watcher exactly once)")
 	fs.Float64Var(&cfg.watchRate, "watch-rate", 0, "watch: events written per second (0: as fast as one writer can)")
 	fs.Float64Var(&cfg.writeRate, "write-rate", 50, "list-under-writes: puts per second of its one writer while the lists run (0: as fast as one writer can)")
+	fs.Float64Var(&cfg.pacedRate, "paced-rate", 200, "put-paced: puts offered per second in an open loop, each timed from when it was due (200/s is test/kube/bench's paced phase)")
 	fs.IntVar(&cfg.deleteKeys, "delete-keys", 0, fmt.Sprintf("delete: keys loaded before the clock starts, each deleted once; the workload ends early when they are used up (0: --total if given, else enough for %d deletes/s per client, at least %d/s and at most %d/s, over --duration)", deleteRatePerClient, deleteRateMin, deleteRateMax))
 	fs.IntVar(&cfg.loadTxnOps, "load-txn-ops", loadTxnOps, "puts per transaction when loading the --keys shared keys and delete's keys (fewer when that many values of --val-size would exceed 1 MiB). 128, etcd's and kite's default --max-txn-ops, loads fastest, but etcd keeps its last 5,000 raft entries in memory (for slow followers), so its resident memory then holds up to 5,000 transactions of 128 values (about 640 MiB with --keys 1000000 of 1 KiB); give 1 to load one Put per key (one raft entry per object, as kube-apiserver creates them) when the memory rows matter; kine, which refuses a transaction of bare puts, is always loaded one Put per key")
 	fs.Int64Var(&cfg.quotaBackendBytes, "etcd-quota-backend-bytes", 0, "with --compare: --quota-backend-bytes of the reference etcd and of kite alike, the database size that raises NOSPACE (0: their default, 2 GiB; negative: none). --keys 1000000 of 1 KiB needs more: its database alone is over 1 GiB before any workload writes, e.g. 8589934592")
@@ -252,6 +254,8 @@ func validate(cfg *config) error {
 		return errors.New("--clients, --conns and --keys must be at least 1, --val-size at least 0")
 	case cfg.watchers < 1 || cfg.events < 1:
 		return errors.New("--watchers and --events must be at least 1")
+	case cfg.pacedRate <= 0:
+		return errors.New("--paced-rate must be positive")
 	case cfg.writeRate < 0 || cfg.deleteKeys < 0:
 		return errors.New("--write-rate and --delete-keys must not be negative")
 	case cfg.loadTxnOps < 1:

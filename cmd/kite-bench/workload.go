@@ -58,6 +58,7 @@ func single(*config) int       { return 1 }
 func workloadDefs() map[string]workloadDef {
 	return map[string]workloadDef{
 		"put":               {defaultClients: fromFlag, run: one(runPut)},
+		"put-paced":         {defaultClients: single, run: one(runPutPaced)},
 		"txn-update":        {defaultClients: fromFlag, run: one(runTxnUpdate)},
 		"delete":            {defaultClients: fromFlag, run: one(runDelete), prepare: prepareDelete},
 		"get":               {defaultClients: fromFlag, run: one(runGet), needsData: true},
@@ -75,7 +76,7 @@ func workloadDefs() map[string]workloadDef {
 }
 
 func workloadNames() []string {
-	names := make([]string, 0, 14)
+	names := make([]string, 0, 15)
 	for n := range workloadDefs() {
 		names = append(names, n)
 	}
