@@ -128,9 +128,9 @@ type Backend struct {
 	// (ObserveCommits).
 	observeCommit atomic.Pointer[func(time.Duration)]
 
-	// writeFault is the error the next Put or Delete fails with
-	// (FailNextWrite; tests only).
-	writeFault atomic.Pointer[error]
+	// writeFault fails the next Put or Delete in a kitetest build
+	// (FailNextWrite); in a release build it is empty.
+	writeFault writeFault
 
 	closeMu sync.Mutex
 	closed  atomic.Bool

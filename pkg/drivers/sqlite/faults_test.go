@@ -1,3 +1,5 @@
+//go:build kitetest
+
 package sqlite
 
 import (
@@ -10,7 +12,8 @@ import (
 )
 
 // FailNextWrite fails the next Put inside its transaction, which then
-// cannot commit; the write after it succeeds.
+// cannot commit; the write after it succeeds. The hook exists only with
+// -tags kitetest (.ci/run runs this package's tests with it too).
 func TestFailNextWrite(t *testing.T) {
 	ctx := context.Background()
 	b, err := Open(ctx, filepath.Join(t.TempDir(), "kite.db"), Options{})

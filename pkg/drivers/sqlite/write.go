@@ -70,7 +70,7 @@ func (w *writeTx) Put(ctx context.Context, kv *mvccpb.KeyValue, sub int64) error
 	if err != nil {
 		return w.fail("put", err)
 	}
-	if err := w.injectedFault(); err != nil {
+	if err := w.b.writeFault.take(); err != nil {
 		return w.fail("put: append row", err)
 	}
 	if _, err := w.exec(ctx, "put: append row", qInsertPut, id, key,
@@ -92,7 +92,7 @@ func (w *writeTx) Delete(ctx context.Context, key []byte, rev, sub int64) error 
 	if err != nil {
 		return w.fail("delete", err)
 	}
-	if err := w.injectedFault(); err != nil {
+	if err := w.b.writeFault.take(); err != nil {
 		return w.fail("delete: append tombstone", err)
 	}
 	if _, err := w.exec(ctx, "delete: append tombstone", qInsertTombstone, id, key); err != nil {
@@ -121,20 +121,6 @@ func (b *Backend) changeID(rev, sub int64) (int64, error) {
 func (b *Backend) CheckChange(rev, sub int64) error {
 	_, err := b.changeID(rev, sub)
 	return err
-}
-
-// FailNextWrite makes the next Put or Delete of a write transaction fail
-// with err, as if SQLite had refused its statement: the transaction is
-// poisoned and rolls back, as after a real storage error. Tests use it to
-// fail one write where it happens, inside the transaction.
-func (b *Backend) FailNextWrite(err error) { b.writeFault.Store(&err) }
-
-// injectedFault takes the error FailNextWrite set, if any.
-func (w *writeTx) injectedFault() error {
-	if p := w.b.writeFault.Swap(nil); p != nil {
-		return *p
-	}
-	return nil
 }
 
 // SetRevisions implements mvcc.WriteTx.
