@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/kite-db/kite/pkg/datastore"
@@ -12,14 +13,37 @@ import (
 // not know, rather than accepted and ignored: a user who asked for a
 // behaviour must not believe they have it. hint, by the server's mode,
 // says what that mode has instead.
+//
+// group is the helpGroups section the flag is listed under; modes are the
+// modes that have it (one, or postgres and mysql for a database server's
+// connection pool).
 var modeFlags = []struct {
-	flag, mode string
-	hint       map[string]string
+	flag, group string
+	modes       []string
+	hint        map[string]string
 }{
-	{"experimental-sqlite-log-commit", datastore.KindSQLite,
+	{"experimental-sqlite-log-commit", datastore.KindSQLite, []string{datastore.KindSQLite},
 		map[string]string{datastore.KindRaftSQL: "raftsql applies behind its WAL already: --raft-apply-behind"}},
-	{"raft-apply-behind", datastore.KindRaftSQL, nil},
-	{"raft-pack-proposals", datastore.KindRaftSQL, nil},
+	{"raft-apply-behind", datastore.KindRaftSQL, []string{datastore.KindRaftSQL}, nil},
+	{"raft-pack-proposals", datastore.KindRaftSQL, []string{datastore.KindRaftSQL}, nil},
+	{"datastore-max-open-connections", groupDatabase, databaseModes, poolHint},
+	{"datastore-max-idle-connections", groupDatabase, databaseModes, poolHint},
+	{"datastore-connection-max-lifetime", groupDatabase, databaseModes, poolHint},
+	{"datastore-wake-listen", groupDatabase, []string{datastore.KindMySQL},
+		map[string]string{datastore.KindPostgres: "postgres mode wakes the other servers through LISTEN/NOTIFY"}},
+}
+
+// groupDatabase is the helpGroups section of the modes on a database
+// server; databaseModes are those modes.
+const groupDatabase = "database"
+
+var databaseModes = []string{datastore.KindPostgres, datastore.KindMySQL}
+
+// poolHint says why a database connection-pool flag means nothing in the
+// modes that store into a local SQLite file.
+var poolHint = map[string]string{
+	datastore.KindSQLite:  "the embedded database has no connection pool to a server",
+	datastore.KindRaftSQL: "each member stores into its own embedded SQLite file",
 }
 
 // mode is the storage mode the flags select: raftsql when etcd's cluster
@@ -44,10 +68,10 @@ func (f *serveFlags) checkModeFlags(set map[string]bool) error {
 		return nil
 	}
 	for _, m := range modeFlags {
-		if !set[m.flag] || m.mode == mode {
+		if !set[m.flag] || slices.Contains(m.modes, mode) {
 			continue
 		}
-		err := fmt.Errorf("--%s is a %s-mode flag; this server is in %s mode", m.flag, m.mode, mode)
+		err := fmt.Errorf("--%s is a %s-mode flag; this server is in %s mode", m.flag, strings.Join(m.modes, "- and "), mode)
 		if hint := m.hint[mode]; hint != "" {
 			err = fmt.Errorf("%w (%s)", err, hint)
 		}
@@ -62,7 +86,7 @@ var helpGroups = []struct{ mode, title string }{
 	{"", "Flags of every storage mode"},
 	{datastore.KindSQLite, "sqlite mode (the default: --datastore-endpoint empty or sqlite://PATH)"},
 	{datastore.KindRaftSQL, "raftsql mode (--datastore-endpoint raftsql, or etcd's cluster flags: --initial-cluster, --listen-peer-urls, --discovery-srv)"},
-	{"database", "postgres and mysql modes (--datastore-endpoint postgres://... or mysql://...)"},
+	{groupDatabase, "postgres and mysql modes (--datastore-endpoint postgres://... or mysql://...)"},
 }
 
 // raftsqlHelp are raftsql's flags that are not modeFlags: etcd's cluster
@@ -76,24 +100,15 @@ var raftsqlHelp = map[string]bool{
 	"corrupt-check-time": true,
 }
 
-// databaseHelp are the flags of the modes on a database server.
-var databaseHelp = map[string]bool{
-	"datastore-max-open-connections": true, "datastore-max-idle-connections": true,
-	"datastore-connection-max-lifetime": true, "datastore-wake-listen": true,
-}
-
 // flagGroup is the helpGroups mode a flag is listed under.
 func flagGroup(name string) string {
 	for _, m := range modeFlags {
 		if m.flag == name {
-			return m.mode
+			return m.group
 		}
 	}
-	switch {
-	case raftsqlHelp[name] || strings.HasPrefix(name, "peer-"):
+	if raftsqlHelp[name] || strings.HasPrefix(name, "peer-") {
 		return datastore.KindRaftSQL
-	case databaseHelp[name]:
-		return "database"
 	}
 	return ""
 }

@@ -22,6 +22,13 @@ func TestModeFlagsRefusedElsewhere(t *testing.T) {
 		{[]string{"--raft-apply-behind=false", "--initial-cluster", "a=http://127.0.0.1:2380", "--name", "a"}, nil, ""},
 		{[]string{"--raft-apply-behind=false"}, nil, "raftsql-mode flag; this server is in sqlite mode"},
 		{[]string{"--raft-pack-proposals", "--datastore-endpoint", "postgres://127.0.0.1/kite"}, nil, "raftsql-mode flag"},
+		{[]string{"--datastore-max-open-connections=8"}, nil, "postgres- and mysql-mode flag; this server is in sqlite mode (the embedded database"},
+		{nil, map[string]string{"KITE_DATASTORE_MAX_IDLE_CONNECTIONS": "2", "KITE_DATASTORE_ENDPOINT": "raftsql"}, "this server is in raftsql mode (each member"},
+		{[]string{"--datastore-connection-max-lifetime=1m", "--datastore-endpoint", "postgres://127.0.0.1/kite"}, nil, ""},
+		{[]string{"--datastore-max-open-connections=8", "--datastore-endpoint", "mysql://root@tcp(127.0.0.1:3306)/kite"}, nil, ""},
+		{[]string{"--datastore-wake-listen=127.0.0.1:0", "--datastore-endpoint", "mysql://root@tcp(127.0.0.1:3306)/kite"}, nil, ""},
+		{[]string{"--datastore-wake-listen=127.0.0.1:0", "--datastore-endpoint", "postgres://127.0.0.1/kite"}, nil, "mysql-mode flag; this server is in postgres mode (postgres mode wakes"},
+		{[]string{"--datastore-wake-listen=127.0.0.1:0"}, nil, "in sqlite mode"},
 		{nil, nil, ""},
 	} {
 		_, err := parseServeFlags(c.args, env(c.env))
