@@ -23,8 +23,8 @@ type request struct {
 	ctx context.Context
 	req *pb.InternalRaftRequest
 	// index is the position of a replicated log's committed entry, stored
-	// with the batch's rows (AppliedIndexTx); 0 for a request this Store
-	// orders itself.
+	// with the batch's rows (AppliedIndexTx) when the sequencer
+	// appliesLogEntries; 0 for a request this Store orders itself.
 	index uint64
 	// expiry marks a lease revoke asked for by the expiry loop, which the
 	// storage may refuse (sharedSequencer.revokeExpired).
@@ -90,7 +90,7 @@ func (s *Store) commit(reqs []*request) error {
 		return err
 	}
 	var ae *applyError
-	replicated := reqs[0].index != 0
+	replicated := s.seq.appliesLogEntries()
 	if !errors.As(err, &ae) || isDiskFull(err) || (replicated && !errors.Is(err, ErrTooManyChanges)) {
 		return err
 	}
@@ -133,7 +133,7 @@ const (
 // reads the revisions afresh, so it orders the batch after the winner.
 // A replicated log's entries never meet a concurrent writer.
 func (s *Store) applyAndCommitRetrying(reqs []*request) ([]committed, error) {
-	if reqs[0].index != 0 {
+	if s.seq.appliesLogEntries() {
 		return s.applyAndCommit(reqs)
 	}
 	var revs []committed
@@ -300,8 +300,8 @@ func (s *Store) applyInTx(tx WriteTx, reqs []*request) (*appliedBatch, error) {
 	if err := b.auth.store(s.ctx, tx); err != nil {
 		return nil, err
 	}
-	if index := reqs[len(reqs)-1].index; index != 0 {
-		if err := setAppliedIndex(s.ctx, tx, index); err != nil {
+	if s.seq.appliesLogEntries() {
+		if err := setAppliedIndex(s.ctx, tx, reqs[len(reqs)-1].index); err != nil {
 			return nil, err
 		}
 	}

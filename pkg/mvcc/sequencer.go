@@ -57,6 +57,14 @@ type sequencer interface {
 	// the revoke with errLeaseRenewed when that clock says the lease was
 	// renewed within its TTL.
 	revokeExpired(ctx context.Context, id int64) error
+
+	// appliesLogEntries says whether writes reach the commit tail as a
+	// replicated log's committed entries (Store.Apply) rather than as
+	// requests this Store orders itself. The tail treats such a batch
+	// apart: it records the batch's last index with its rows, never
+	// retries it for a concurrent writer (there is none), and never
+	// splits it, since the requests of one packed entry share an index.
+	appliesLogEntries() bool
 }
 
 // newSequencer picks the sequencer for b. A Shared backend is subscribed
@@ -84,6 +92,8 @@ func (q *localSequencer) start() error {
 	}
 	return nil
 }
+
+func (q *localSequencer) appliesLogEntries() bool { return false }
 
 func (q *localSequencer) write(ctx context.Context, r *pb.InternalRaftRequest) (proto.Message, error) {
 	return q.s.enqueueWrite(ctx, r)

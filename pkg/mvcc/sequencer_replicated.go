@@ -16,6 +16,8 @@ type replicatedSequencer struct {
 	repl Replicator
 }
 
+func (q *replicatedSequencer) appliesLogEntries() bool { return true }
+
 func (q *replicatedSequencer) start() error {
 	s := q.s
 	s.wg.Add(1)

@@ -19,6 +19,8 @@ type sharedSequencer struct {
 	notices <-chan Notice
 }
 
+func (q *sharedSequencer) appliesLogEntries() bool { return false }
+
 func (q *sharedSequencer) start() error {
 	s := q.s
 	s.wg.Add(2)
