@@ -233,11 +233,11 @@ func (s *Store) commitTx(reqs []*request) (*appliedBatch, error) {
 	if err := s.guard.lost(); err != nil {
 		return nil, err
 	}
-	tx, err := s.beginBatch(reqs)
+	tx, applied, err := s.seq.beginBatch(reqs)
 	if err != nil {
 		return nil, s.guard.note(fmt.Errorf("begin write: %w", err))
 	}
-	b, err := s.applyInTx(tx, reqs)
+	b, err := s.applyInTx(tx, applied, reqs)
 	if err != nil {
 		_ = tx.Rollback()
 		return nil, err
@@ -248,7 +248,9 @@ func (s *Store) commitTx(reqs []*request) (*appliedBatch, error) {
 	return b, nil
 }
 
-func (s *Store) applyInTx(tx WriteTx, reqs []*request) (*appliedBatch, error) {
+// applyInTx applies reqs in tx; applied, when the sequencer applies log
+// entries, is tx again, in which the batch's last index is recorded.
+func (s *Store) applyInTx(tx WriteTx, applied AppliedIndexTx, reqs []*request) (*appliedBatch, error) {
 	current, compacted, err := tx.Revisions(s.ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read revisions: %w", err)
@@ -300,33 +302,22 @@ func (s *Store) applyInTx(tx WriteTx, reqs []*request) (*appliedBatch, error) {
 	if err := b.auth.store(s.ctx, tx); err != nil {
 		return nil, err
 	}
-	if s.seq.appliesLogEntries() {
-		if err := setAppliedIndex(s.ctx, tx, reqs[len(reqs)-1].index); err != nil {
-			return nil, err
+	if applied != nil {
+		if err := applied.SetAppliedIndex(s.ctx, reqs[len(reqs)-1].index); err != nil {
+			return nil, fmt.Errorf("record applied index: %w", err)
 		}
 	}
 	return b, nil
 }
 
-// beginBatch begins the batch's transaction, with the keys it will read
-// prefetched where the Backend can (Prefetcher).
-func (s *Store) beginBatch(reqs []*request) (WriteTx, error) {
+// beginWrite begins the transaction of a batch of writes this Store
+// orders itself, with the keys it will read prefetched where the Backend
+// can (Prefetcher).
+func (s *Store) beginWrite(reqs []*request) (WriteTx, error) {
 	if pf, ok := s.b.(Prefetcher); ok {
 		if keys := batchKeys(reqs); len(keys) > 0 {
 			return pf.BeginWritePrefetch(s.ctx, keys)
 		}
 	}
 	return s.b.BeginWrite(s.ctx)
-}
-
-// setAppliedIndex records the last replicated entry a transaction applies.
-func setAppliedIndex(ctx context.Context, tx WriteTx, index uint64) error {
-	at, ok := tx.(AppliedIndexTx)
-	if !ok {
-		return errNotAppliedIndexTx
-	}
-	if err := at.SetAppliedIndex(ctx, index); err != nil {
-		return fmt.Errorf("record applied index: %w", err)
-	}
-	return nil
 }

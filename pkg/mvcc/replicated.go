@@ -2,7 +2,6 @@ package mvcc
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -31,6 +30,13 @@ type Replicator interface {
 	// cluster had committed when it was called, so that a read that
 	// follows sees every write acknowledged before it (etcd's ReadIndex).
 	ReadBarrier(ctx context.Context) error
+
+	// BeginAppliedWrite begins a write transaction of this node's storage
+	// that also records the index of the last entry it applies
+	// (AppliedIndexTx): the Store applies each batch of entries in one, so
+	// that after a crash the log is replayed from exactly the first entry
+	// the storage lacks.
+	BeginAppliedWrite(ctx context.Context) (AppliedWriteTx, error)
 
 	// Primary reports leadership changes: true when this node becomes the
 	// one that decides lease expiry and runs the cluster's once-only jobs.
@@ -92,9 +98,20 @@ type AppliedIndexTx interface {
 	SetAppliedIndex(ctx context.Context, index uint64) error
 }
 
-// errNotAppliedIndexTx: a Replicator over a storage that cannot record the
-// applied index could apply an entry twice after a crash.
-var errNotAppliedIndexTx = errors.New("mvcc: replicated storage's write transaction does not record the applied index")
+// AppliedWriteTx is a write transaction that records the applied index
+// (Replicator.BeginAppliedWrite).
+type AppliedWriteTx interface {
+	WriteTx
+	AppliedIndexTx
+}
+
+// AppliedReadTx is a read transaction that tells the applied index its
+// snapshot holds: a layer over the storage (pkg/mvcc/memtail) merges into
+// it only the batches after that index.
+type AppliedReadTx interface {
+	ReadTx
+	AppliedIndex(ctx context.Context) (uint64, error)
+}
 
 // Apply implements Applier. It runs on the writer's goroutine, so entries
 // are applied in order with the maintenance steps (physical compaction)

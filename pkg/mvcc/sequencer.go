@@ -65,6 +65,12 @@ type sequencer interface {
 	// retries it for a concurrent writer (there is none), and never
 	// splits it, since the requests of one packed entry share an index.
 	appliesLogEntries() bool
+
+	// beginBatch begins the transaction a batch of writes is applied in.
+	// applied is the same transaction when the sequencer
+	// appliesLogEntries (the batch's last index is recorded in it), else
+	// nil.
+	beginBatch(reqs []*request) (tx WriteTx, applied AppliedIndexTx, err error)
 }
 
 // newSequencer picks the sequencer for b. A Shared backend is subscribed
@@ -94,6 +100,11 @@ func (q *localSequencer) start() error {
 }
 
 func (q *localSequencer) appliesLogEntries() bool { return false }
+
+func (q *localSequencer) beginBatch(reqs []*request) (WriteTx, AppliedIndexTx, error) {
+	tx, err := q.s.beginWrite(reqs)
+	return tx, nil, err
+}
 
 func (q *localSequencer) write(ctx context.Context, r *pb.InternalRaftRequest) (proto.Message, error) {
 	return q.s.enqueueWrite(ctx, r)

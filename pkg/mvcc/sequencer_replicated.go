@@ -18,6 +18,16 @@ type replicatedSequencer struct {
 
 func (q *replicatedSequencer) appliesLogEntries() bool { return true }
 
+// beginBatch: a replicated storage's transaction, typed to record the
+// applied index; a batch of entries reads its keys as it goes.
+func (q *replicatedSequencer) beginBatch([]*request) (WriteTx, AppliedIndexTx, error) {
+	tx, err := q.repl.BeginAppliedWrite(q.s.ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return tx, tx, nil
+}
+
 func (q *replicatedSequencer) start() error {
 	s := q.s
 	s.wg.Add(1)

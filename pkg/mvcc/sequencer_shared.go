@@ -21,6 +21,11 @@ type sharedSequencer struct {
 
 func (q *sharedSequencer) appliesLogEntries() bool { return false }
 
+func (q *sharedSequencer) beginBatch(reqs []*request) (WriteTx, AppliedIndexTx, error) {
+	tx, err := q.s.beginWrite(reqs)
+	return tx, nil, err
+}
+
 func (q *sharedSequencer) start() error {
 	s := q.s
 	s.wg.Add(2)

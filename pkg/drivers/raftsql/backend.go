@@ -49,8 +49,15 @@ type localDB struct {
 type memberDB interface {
 	mvcc.Backend
 	AppliedIndex(ctx context.Context) (uint64, error)
+	BeginAppliedWrite(ctx context.Context) (mvcc.AppliedWriteTx, error)
 	Sync() error
 }
+
+var (
+	_ memberDB     = (*sqlite.Backend)(nil)
+	_ memberDB     = (*memtail.Backend)(nil)
+	_ memtail.Base = (*sqlite.Backend)(nil)
+)
 
 func openLocalDB(ctx context.Context, path string, opts sqlite.Options, behind *memtail.Options, log *slog.Logger, flushFailed func(error)) (*localDB, error) {
 	d := &localDB{path: path, opts: opts, behind: behind, log: log, flushFailed: flushFailed}
@@ -177,13 +184,19 @@ func (n *Node) BeginRead(ctx context.Context) (mvcc.ReadTx, error) {
 
 // BeginWrite implements mvcc.Backend.
 func (n *Node) BeginWrite(ctx context.Context) (mvcc.WriteTx, error) {
+	return n.BeginAppliedWrite(ctx)
+}
+
+// BeginAppliedWrite implements mvcc.Replicator: the Store applies each
+// batch of committed entries in one, with the batch's last index.
+func (n *Node) BeginAppliedWrite(ctx context.Context) (mvcc.AppliedWriteTx, error) {
 	b := n.db.acquire()
-	tx, err := b.BeginWrite(ctx)
+	tx, err := b.BeginAppliedWrite(ctx)
 	if err != nil {
 		n.db.release()
 		return nil, err
 	}
-	return &writeTx{WriteTx: tx, release: n.db.release}, nil
+	return &writeTx{AppliedWriteTx: tx, release: n.db.release}, nil
 }
 
 // GetLatest implements mvcc.Backend.
@@ -242,25 +255,19 @@ func (t *readTx) Rollback() error {
 }
 
 type writeTx struct {
-	mvcc.WriteTx
+	mvcc.AppliedWriteTx
 	release func()
 	once    sync.Once
 }
 
-var _ mvcc.AppliedIndexTx = (*writeTx)(nil)
-
-func (t *writeTx) SetAppliedIndex(ctx context.Context, index uint64) error {
-	return t.WriteTx.(mvcc.AppliedIndexTx).SetAppliedIndex(ctx, index)
-}
-
 func (t *writeTx) Commit() error {
-	err := t.WriteTx.Commit()
+	err := t.AppliedWriteTx.Commit()
 	t.once.Do(t.release)
 	return err
 }
 
 func (t *writeTx) Rollback() error {
-	err := t.WriteTx.Rollback()
+	err := t.AppliedWriteTx.Rollback()
 	t.once.Do(t.release)
 	return err
 }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/kite-db/kite/pkg/drivers/sqlite"
 	"github.com/kite-db/kite/pkg/membership"
-	"github.com/kite-db/kite/pkg/mvcc"
 )
 
 // Restore makes cfg.DataDir the data dir of a member of a NEW cluster
@@ -112,13 +111,13 @@ func markApplied(ctx context.Context, path string, index uint64) (int64, error) 
 		return 0, fmt.Errorf("snapshot is not a kite database: %w", err)
 	}
 	defer b.Close()
-	tx, err := b.BeginWrite(ctx)
+	tx, err := b.BeginAppliedWrite(ctx)
 	if err != nil {
 		return 0, err
 	}
 	rev, _, err := tx.Revisions(ctx)
 	if err == nil {
-		err = tx.(mvcc.AppliedIndexTx).SetAppliedIndex(ctx, index)
+		err = tx.SetAppliedIndex(ctx, index)
 	}
 	if err != nil {
 		tx.Rollback()

@@ -357,6 +357,24 @@ func (b *Backend) Path() string { return b.path }
 // reads the revisions at once to pin the snapshot to this moment, and keeps
 // them: Revisions of a read transaction answers without another query.
 func (b *Backend) BeginRead(ctx context.Context) (mvcc.ReadTx, error) {
+	tx, err := b.beginRead(ctx)
+	if err != nil {
+		return nil, err // not a nil *readTx in a non-nil interface
+	}
+	return tx, nil
+}
+
+// BeginAppliedRead is BeginRead, typed to tell the applied index its
+// snapshot holds (memtail.Base).
+func (b *Backend) BeginAppliedRead(ctx context.Context) (mvcc.AppliedReadTx, error) {
+	tx, err := b.beginRead(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return tx, nil
+}
+
+func (b *Backend) beginRead(ctx context.Context) (*readTx, error) {
 	if b.closed.Load() {
 		return nil, mvcc.ErrClosed
 	}
@@ -371,9 +389,11 @@ func (b *Backend) BeginRead(ctx context.Context) (mvcc.ReadTx, error) {
 		return nil, fmt.Errorf("begin read: %w", err)
 	}
 	r := &readTx{reader: reader{stmts: rc.stmts, defs: b.defs}, rc: rc, b: b}
-	if r.current, r.compacted, err = r.reader.Revisions(ctx); err != nil {
-		return nil, errors.Join(fmt.Errorf("begin read: %w", err), r.Rollback())
+	var applied int64
+	if err := r.queryRow(ctx, true, qSnapshotState, []any{&r.current, &r.compacted, &applied}); err != nil {
+		return nil, errors.Join(fmt.Errorf("begin read: %w", r.fail("read revisions", err)), r.Rollback())
 	}
+	r.applied = uint64(applied)
 	r.latest = r.current
 	return r, nil
 }
@@ -381,6 +401,24 @@ func (b *Backend) BeginRead(ctx context.Context) (mvcc.ReadTx, error) {
 // BeginWrite takes the write mutex and starts a transaction on the writer
 // connection. The mutex is held until Commit or Rollback.
 func (b *Backend) BeginWrite(ctx context.Context) (mvcc.WriteTx, error) {
+	tx, err := b.beginWrite(ctx)
+	if err != nil {
+		return nil, err // not a nil *writeTx in a non-nil interface
+	}
+	return tx, nil
+}
+
+// BeginAppliedWrite is BeginWrite, typed to record the applied index
+// (raftsql, memtail.Base).
+func (b *Backend) BeginAppliedWrite(ctx context.Context) (mvcc.AppliedWriteTx, error) {
+	tx, err := b.beginWrite(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return tx, nil
+}
+
+func (b *Backend) beginWrite(ctx context.Context) (*writeTx, error) {
 	if err := b.lockWriter(ctx); err != nil {
 		return nil, fmt.Errorf("begin write: %w", err)
 	}
@@ -463,12 +501,12 @@ func (b *Backend) replaceReadConn(old, rc *readConn) {
 // AppliedIndex returns the last raft entry a transaction recorded with
 // SetAppliedIndex (0 if none): where a raftsql node replays its log from.
 func (b *Backend) AppliedIndex(ctx context.Context) (uint64, error) {
-	tx, err := b.BeginRead(ctx)
+	tx, err := b.beginRead(ctx)
 	if err != nil {
 		return 0, err
 	}
 	defer tx.Rollback()
-	return tx.(*readTx).AppliedIndex(ctx)
+	return tx.AppliedIndex(ctx)
 }
 
 // ObserveCommits replaces Options.ObserveCommit: a server that opened the

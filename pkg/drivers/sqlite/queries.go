@@ -19,6 +19,7 @@ const (
 	qAlarms
 	qUnleasedKeys
 	qAppliedIndex
+	qSnapshotState
 	qAuthState
 	// qRange is the first of eight range variants, see rangeID.
 	qRange
@@ -104,6 +105,13 @@ func statements() []statement {
 		IFNULL((SELECT value FROM meta WHERE name = 'current'), 0),
 		IFNULL((SELECT value FROM meta WHERE name = 'compacted'), 0)`}
 	s[qAppliedIndex] = statement{sql: `SELECT
+		IFNULL((SELECT value FROM meta WHERE name = 'raft_applied_index'), 0)`}
+	// A read transaction's first statement, which takes its snapshot: the
+	// revisions and the applied index at once, so that a reader merging a
+	// tail over it (memtail) asks nothing more before its first row.
+	s[qSnapshotState] = statement{sql: `SELECT
+		IFNULL((SELECT value FROM meta WHERE name = 'current'), 0),
+		IFNULL((SELECT value FROM meta WHERE name = 'compacted'), 0),
 		IFNULL((SELECT value FROM meta WHERE name = 'raft_applied_index'), 0)`}
 	// The authentication state is the BLOB in meta's 'auth' row (see
 	// metaTable): absent until the first PutAuthState.

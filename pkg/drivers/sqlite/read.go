@@ -37,7 +37,8 @@ type readTx struct {
 	reader
 	rc                 *readConn
 	b                  *Backend
-	current, compacted int64 // read once at BeginRead
+	current, compacted int64  // read once at BeginRead
+	applied            uint64 // likewise: the applied index of the snapshot
 	done               bool
 }
 
@@ -48,6 +49,10 @@ func (r *reader) stmt(_ context.Context, id stmtID) *sql.Stmt { return r.stmts[i
 func (t *readTx) Revisions(context.Context) (current, compacted int64, err error) {
 	return t.current, t.compacted, nil
 }
+
+// AppliedIndex implements mvcc.AppliedReadTx: the snapshot's applied
+// index, read when it was taken.
+func (t *readTx) AppliedIndex(context.Context) (uint64, error) { return t.applied, nil }
 
 // fail wraps err with what was being done and, in a write transaction,
 // poisons it.

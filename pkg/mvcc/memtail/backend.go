@@ -18,25 +18,28 @@ import (
 
 var _ mvcc.Backend = (*Backend)(nil)
 
-// Base is the Backend memtail wraps: one that records, with the rows of a
-// transaction, the applied index of the newest batch it holds, and tells
-// it in every read (sqlite.Backend).
+// Base is the Backend memtail wraps (sqlite.Backend, which the packages
+// that give one to memtail check at compile time): one that records, with
+// the rows of a transaction, the applied index of the newest batch it
+// holds, and tells it in every read.
 type Base interface {
 	mvcc.Backend
+	// AppliedIndex is the index of the newest batch the base holds.
 	AppliedIndex(ctx context.Context) (uint64, error)
-}
-
-// syncer is the part of a Base that a Backend with a log needs: the
-// base's commits are left unsynced (the log makes them durable), and the
-// log is released only up to what Sync made durable in the base.
-type syncer interface {
+	// BeginAppliedRead is BeginRead whose snapshot tells its applied
+	// index: a read merges only the tail's batches after it.
+	BeginAppliedRead(ctx context.Context) (mvcc.AppliedReadTx, error)
+	// BeginAppliedWrite is BeginWrite that records the applied index with
+	// the rows: a flush records its newest batch's.
+	BeginAppliedWrite(ctx context.Context) (mvcc.AppliedWriteTx, error)
+	// Sync makes every commit so far durable: the base's commits are left
+	// unsynced (a log makes them durable), and a log is released only up
+	// to what Sync made durable in the base.
 	Sync() error
-}
-
-// appliedReader is the part of a Base's ReadTx that says which batches its
-// state holds.
-type appliedReader interface {
-	AppliedIndex(ctx context.Context) (uint64, error)
+	// CheckChange returns the error a Put or Delete of change sub of
+	// revision rev would fail with: a change the base would refuse at the
+	// flush is refused when it is written into the tail.
+	CheckChange(rev, sub int64) error
 }
 
 // Options tunes a Backend. Zero values take the defaults.
@@ -172,9 +175,6 @@ func Open(ctx context.Context, base Base, opts Options) (*Backend, error) {
 		return nil, errors.New("memtail: a log of its own numbers its batches itself (Options.Numbered with LogDir)")
 	}
 	if opts.LogDir != "" {
-		if _, ok := base.(syncer); !ok {
-			return nil, fmt.Errorf("memtail: a log needs a base that can sync its commits (%T cannot)", base)
-		}
 		if err := b.replay(ctx, idx); err != nil {
 			return nil, err
 		}
@@ -268,7 +268,7 @@ func (b *Backend) BeginRead(ctx context.Context) (mvcc.ReadTx, error) {
 	// The tail first, then the base: the base's state is then at least as
 	// new as the flushes the tail reflects, so no batch falls in between.
 	tail := b.snapshot()
-	base, err := b.base.BeginRead(ctx)
+	base, err := b.base.BeginAppliedRead(ctx)
 	if err != nil || len(tail) == 0 {
 		// Nothing pending when the read began: the base alone is a
 		// committed state, if anything newer than that moment.
@@ -282,12 +282,8 @@ func (b *Backend) BeginRead(ctx context.Context) (mvcc.ReadTx, error) {
 }
 
 // newView merges over base the batches of tail it does not hold.
-func (b *Backend) newView(ctx context.Context, base mvcc.ReadTx, tail []*batch) (*view, error) {
-	ar, ok := base.(appliedReader)
-	if !ok {
-		return nil, fmt.Errorf("memtail: the base's read transaction (%T) does not tell its applied index", base)
-	}
-	idx, err := ar.AppliedIndex(ctx)
+func (b *Backend) newView(ctx context.Context, base mvcc.AppliedReadTx, tail []*batch) (*view, error) {
+	idx, err := base.AppliedIndex(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -325,6 +321,24 @@ func (b *Backend) GetLatest(ctx context.Context, key []byte) (*mvccpb.KeyValue, 
 
 // BeginWrite implements mvcc.Backend.
 func (b *Backend) BeginWrite(ctx context.Context) (mvcc.WriteTx, error) {
+	tx, err := b.beginWrite(ctx)
+	if err != nil {
+		return nil, err // not a nil *writeTx in a non-nil interface
+	}
+	return tx, nil
+}
+
+// BeginAppliedWrite is BeginWrite, typed to record a replicated log's
+// index with the batch (raftsql's member database).
+func (b *Backend) BeginAppliedWrite(ctx context.Context) (mvcc.AppliedWriteTx, error) {
+	tx, err := b.beginWrite(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return tx, nil
+}
+
+func (b *Backend) beginWrite(ctx context.Context) (*writeTx, error) {
 	select {
 	case b.writeSem <- struct{}{}:
 	case <-ctx.Done():
@@ -432,7 +446,7 @@ func (b *Backend) applyUnnumbered(bt *batch) error {
 	if err := b.flush(ctx); err != nil {
 		return err
 	}
-	tx, err := b.base.BeginWrite(ctx)
+	tx, err := b.base.BeginAppliedWrite(ctx)
 	if err != nil {
 		return fmt.Errorf("memtail: write a batch outside the log: %w", err)
 	}
@@ -445,7 +459,7 @@ func (b *Backend) applyUnnumbered(bt *batch) error {
 // commitDirect commits tx, a transaction of the base begun with the tail
 // empty (the writer lock keeps it so) that holds bt's ops already, after
 // the log has bt.
-func (b *Backend) commitDirect(tx mvcc.WriteTx, bt *batch, index uint64) error {
+func (b *Backend) commitDirect(tx mvcc.AppliedWriteTx, bt *batch, index uint64) error {
 	index, err := b.numberAndLog(bt, index)
 	if err != nil {
 		return err

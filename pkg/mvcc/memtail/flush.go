@@ -46,7 +46,7 @@ func (b *Backend) release(force bool) error {
 	if flushed == released && !force {
 		return nil
 	}
-	if err := b.base.(syncer).Sync(); err != nil {
+	if err := b.base.Sync(); err != nil {
 		return fmt.Errorf("memtail: sync the storage: %w", err)
 	}
 	if err := b.wal.release(flushed); err != nil {
@@ -75,7 +75,7 @@ func (b *Backend) flush(ctx context.Context) error {
 	if len(tail) == 0 {
 		return nil
 	}
-	tx, err := b.base.BeginWrite(ctx)
+	tx, err := b.base.BeginAppliedWrite(ctx)
 	if err == nil {
 		err = b.apply(ctx, tx, tail)
 	}
@@ -106,7 +106,7 @@ func (b *Backend) flush(ctx context.Context) error {
 
 // apply replays batches into tx, records the newest batch's index and
 // commits; on failure it rolls back.
-func (b *Backend) apply(ctx context.Context, tx mvcc.WriteTx, batches []*batch) error {
+func (b *Backend) apply(ctx context.Context, tx mvcc.AppliedWriteTx, batches []*batch) error {
 	for _, bt := range batches {
 		for i := range bt.ops {
 			if err := bt.ops[i].replay(ctx, tx); err != nil {
@@ -119,12 +119,8 @@ func (b *Backend) apply(ctx context.Context, tx mvcc.WriteTx, batches []*batch) 
 
 // commitAt records index as tx's applied index and commits tx; on failure
 // it rolls back.
-func commitAt(ctx context.Context, tx mvcc.WriteTx, index uint64) error {
-	at, ok := tx.(mvcc.AppliedIndexTx)
-	if !ok {
-		return errors.Join(fmt.Errorf("the base's write transaction (%T) cannot record an applied index", tx), tx.Rollback())
-	}
-	if err := at.SetAppliedIndex(ctx, index); err != nil {
+func commitAt(ctx context.Context, tx mvcc.AppliedWriteTx, index uint64) error {
+	if err := tx.SetAppliedIndex(ctx, index); err != nil {
 		return errors.Join(err, tx.Rollback())
 	}
 	return tx.Commit()

@@ -28,6 +28,15 @@ func (c *countingBase) BeginRead(ctx context.Context) (mvcc.ReadTx, error) {
 	return c.Backend.BeginRead(ctx)
 }
 
+// BeginAppliedRead is the read memtail's reads and writes of the base
+// begin with.
+func (c *countingBase) BeginAppliedRead(ctx context.Context) (mvcc.AppliedReadTx, error) {
+	if c.counting.Load() {
+		c.reads.Add(1)
+	}
+	return c.Backend.BeginAppliedRead(ctx)
+}
+
 // TestWriterKnowsCreations checks that the writer answers a read of a key
 // that is not live (a creation) without reading the base, also after a
 // reopen, when what it knows comes from the base, in pages; that a key it

@@ -13,11 +13,7 @@ func (b *Backend) Sync() error {
 	if err := b.flush(context.Background()); err != nil {
 		return err
 	}
-	s, ok := b.base.(syncer)
-	if !ok {
-		return fmt.Errorf("memtail: the base (%T) cannot sync its commits", b.base)
-	}
-	if err := s.Sync(); err != nil {
+	if err := b.base.Sync(); err != nil {
 		return fmt.Errorf("memtail: sync the storage: %w", err)
 	}
 	return nil

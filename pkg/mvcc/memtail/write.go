@@ -38,7 +38,7 @@ type writeTx struct {
 	index     uint64 // set by SetAppliedIndex, else the Backend numbers the batch
 	// direct is the base's write transaction a CompactBatch opened; the
 	// rest of the transaction happens in it.
-	direct mvcc.WriteTx
+	direct mvcc.AppliedWriteTx
 	// seen: keys whose liveness in the base this transaction read.
 	seen map[string]bool
 	// fills: rows read from the base, for the row cache once the
@@ -65,11 +65,9 @@ func (w *writeTx) add(o op) error {
 	if o.kind == opPut || o.kind == opDelete {
 		// The base refuses some changes (more than a revision can hold);
 		// it must refuse them now, not when the flush replays them.
-		if c, ok := w.b.base.(changeChecker); ok {
-			if err := c.CheckChange(o.kv.ModRevision, o.sub); err != nil {
-				w.err = err
-				return err
-			}
+		if err := w.b.base.CheckChange(o.kv.ModRevision, o.sub); err != nil {
+			w.err = err
+			return err
 		}
 	}
 	if w.direct != nil {
@@ -236,7 +234,7 @@ func (w *writeTx) baseRead(ctx context.Context) error {
 	if w.view.base != nil {
 		return nil
 	}
-	base, err := w.b.base.BeginRead(ctx)
+	base, err := w.b.base.BeginAppliedRead(ctx)
 	if err != nil {
 		return fmt.Errorf("memtail: read the storage: %w", err)
 	}
@@ -308,7 +306,7 @@ func (w *writeTx) CompactBatch(ctx context.Context, compacted, fromRev, toRev in
 		if err := w.b.flush(ctx); err != nil {
 			return 0, err
 		}
-		tx, err := w.b.base.BeginWrite(ctx)
+		tx, err := w.b.base.BeginAppliedWrite(ctx)
 		if err != nil {
 			return 0, fmt.Errorf("memtail: compact: %w", err)
 		}
