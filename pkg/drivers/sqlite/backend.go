@@ -357,7 +357,7 @@ func (b *Backend) Path() string { return b.path }
 // reads the revisions at once to pin the snapshot to this moment, and keeps
 // them: Revisions of a read transaction answers without another query.
 func (b *Backend) BeginRead(ctx context.Context) (mvcc.ReadTx, error) {
-	tx, err := b.beginRead(ctx)
+	tx, err := b.beginRead(ctx, false)
 	if err != nil {
 		return nil, err // not a nil *readTx in a non-nil interface
 	}
@@ -367,14 +367,17 @@ func (b *Backend) BeginRead(ctx context.Context) (mvcc.ReadTx, error) {
 // BeginAppliedRead is BeginRead, typed to tell the applied index its
 // snapshot holds (memtail.Base).
 func (b *Backend) BeginAppliedRead(ctx context.Context) (mvcc.AppliedReadTx, error) {
-	tx, err := b.beginRead(ctx)
+	tx, err := b.beginRead(ctx, true)
 	if err != nil {
 		return nil, err
 	}
 	return tx, nil
 }
 
-func (b *Backend) beginRead(ctx context.Context) (*readTx, error) {
+// beginRead begins a read transaction; withApplied reads the applied index
+// with the revisions in the first statement, for a reader that needs it
+// before its first row (memtail), instead of in a statement of its own.
+func (b *Backend) beginRead(ctx context.Context, withApplied bool) (*readTx, error) {
 	if b.closed.Load() {
 		return nil, mvcc.ErrClosed
 	}
@@ -389,11 +392,19 @@ func (b *Backend) beginRead(ctx context.Context) (*readTx, error) {
 		return nil, fmt.Errorf("begin read: %w", err)
 	}
 	r := &readTx{reader: reader{stmts: rc.stmts, defs: b.defs}, rc: rc, b: b}
-	var applied int64
-	if err := r.queryRow(ctx, true, qSnapshotState, []any{&r.current, &r.compacted, &applied}); err != nil {
-		return nil, errors.Join(fmt.Errorf("begin read: %w", r.fail("read revisions", err)), r.Rollback())
+	if withApplied {
+		var applied int64
+		err = r.queryRow(ctx, true, qSnapshotState, []any{&r.current, &r.compacted, &applied})
+		r.applied, r.appliedKnown = uint64(applied), err == nil
+		if err != nil {
+			err = r.fail("read revisions", err)
+		}
+	} else {
+		r.current, r.compacted, err = r.reader.Revisions(ctx)
 	}
-	r.applied = uint64(applied)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("begin read: %w", err), r.Rollback())
+	}
 	r.latest = r.current
 	return r, nil
 }
@@ -501,7 +512,7 @@ func (b *Backend) replaceReadConn(old, rc *readConn) {
 // AppliedIndex returns the last raft entry a transaction recorded with
 // SetAppliedIndex (0 if none): where a raftsql node replays its log from.
 func (b *Backend) AppliedIndex(ctx context.Context) (uint64, error) {
-	tx, err := b.beginRead(ctx)
+	tx, err := b.beginRead(ctx, true)
 	if err != nil {
 		return 0, err
 	}

@@ -37,9 +37,12 @@ type readTx struct {
 	reader
 	rc                 *readConn
 	b                  *Backend
-	current, compacted int64  // read once at BeginRead
-	applied            uint64 // likewise: the applied index of the snapshot
-	done               bool
+	current, compacted int64 // read once at BeginRead
+	// applied is the snapshot's applied index, read with the revisions
+	// when appliedKnown (BeginAppliedRead).
+	applied      uint64
+	appliedKnown bool
+	done         bool
 }
 
 func (r *reader) stmt(_ context.Context, id stmtID) *sql.Stmt { return r.stmts[id] }
@@ -51,8 +54,13 @@ func (t *readTx) Revisions(context.Context) (current, compacted int64, err error
 }
 
 // AppliedIndex implements mvcc.AppliedReadTx: the snapshot's applied
-// index, read when it was taken.
-func (t *readTx) AppliedIndex(context.Context) (uint64, error) { return t.applied, nil }
+// index, read when it was taken if it began with BeginAppliedRead.
+func (t *readTx) AppliedIndex(ctx context.Context) (uint64, error) {
+	if t.appliedKnown {
+		return t.applied, nil
+	}
+	return t.reader.AppliedIndex(ctx)
+}
 
 // fail wraps err with what was being done and, in a write transaction,
 // poisons it.
