@@ -9,6 +9,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/kite-db/kite/pkg/drivers/raftsql"
 )
 
 // The test hooks of the kite binary, compiled only with -tags kitetest
@@ -32,7 +34,9 @@ func setTestResolver() {
 
 // testPeerFaults: KITE_TEST_PEER_FAULTS=1 serves raftsql's peer fault
 // hooks (pkg/drivers/raftsql/faults_testhooks.go).
-func testPeerFaults() bool { return os.Getenv("KITE_TEST_PEER_FAULTS") == "1" }
+func testPeerFaults() raftsql.TestFaults {
+	return raftsql.TestFaults{Serve: os.Getenv("KITE_TEST_PEER_FAULTS") == "1"}
+}
 
 // testCopyPause: KITE_TEST_COPY_PAUSE_BEFORE_COMMIT=DURATION makes kite
 // copy wait that long with everything written and nothing committed, so

@@ -61,9 +61,11 @@ type Config struct {
 	CorruptCheckInterval time.Duration
 	// PeerTLS secures the peer URLs (tls.go).
 	PeerTLS PeerTLS
-	// TestFaults serves the fault hook tests use to make a member's apply
-	// fail (faults_testhooks.go), in a binary built with -tags kitetest only.
-	TestFaults bool
+	// TestFaults turns on the fault hooks tests use to make a member's
+	// apply fail. Its type has a field only in a -tags kitetest build
+	// (faults_testhooks.go); in a release build it is empty, so nothing can
+	// turn the hooks on.
+	TestFaults TestFaults
 	// SQLite tunes the member's database (page caches and mappings); its
 	// Logger and NoCommitSync are set by the member.
 	SQLite sqlite.Options

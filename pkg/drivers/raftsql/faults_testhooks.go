@@ -9,7 +9,7 @@ import (
 
 // Test faults, compiled only into a binary built with -tags kitetest (as
 // tests build kite; faults.go is the release build's). With
-// Config.TestFaults the peer URLs also serve /kite/test/fail-apply, which
+// Config.TestFaults.Serve the peer URLs also serve /kite/test/fail-apply, which
 // makes the next write statement (a Put or Delete) of this member's SQLite
 // fail, as a storage error would, inside the transaction that applies a
 // committed entry (the database is left as it was): to test that a member
@@ -22,9 +22,15 @@ const pathFailApply = "/kite/test/fail-apply"
 // errTestApplyFault is the storage error /kite/test/fail-apply injects.
 var errTestApplyFault = errors.New("raftsql: test fault: the database refused the write")
 
-// handleFaults serves the fault hooks when Config.TestFaults is set.
+// TestFaults is Config.TestFaults in a kitetest build.
+type TestFaults struct {
+	// Serve serves the hooks on the peer URLs.
+	Serve bool
+}
+
+// handleFaults serves the fault hooks when Config.TestFaults says so.
 func (n *Node) handleFaults(mux *http.ServeMux) {
-	if !n.cfg.TestFaults {
+	if !n.cfg.TestFaults.Serve {
 		return
 	}
 	mux.HandleFunc(pathFailApply, func(w http.ResponseWriter, r *http.Request) {
