@@ -354,30 +354,24 @@ func (b *Backend) Path() string { return b.path }
 
 // BeginRead starts a read transaction on a pinned read connection. SQLite's
 // BEGIN is deferred: the snapshot is taken at the first read, so BeginRead
-// reads the revisions at once to pin the snapshot to this moment, and keeps
-// them: Revisions of a read transaction answers without another query.
+// reads the revisions and the applied index at once to pin the snapshot to
+// this moment, and keeps them: Revisions and AppliedIndex of a read
+// transaction answer without another query.
 func (b *Backend) BeginRead(ctx context.Context) (mvcc.ReadTx, error) {
-	tx, err := b.beginRead(ctx, false)
+	return b.BeginAppliedRead(ctx) // a nil AppliedReadTx converts to a nil ReadTx
+}
+
+// BeginAppliedRead is BeginRead, typed to tell the applied index its
+// snapshot holds (memtail.Base).
+func (b *Backend) BeginAppliedRead(ctx context.Context) (mvcc.AppliedReadTx, error) {
+	tx, err := b.beginRead(ctx)
 	if err != nil {
 		return nil, err // not a nil *readTx in a non-nil interface
 	}
 	return tx, nil
 }
 
-// BeginAppliedRead is BeginRead, typed to tell the applied index its
-// snapshot holds (memtail.Base).
-func (b *Backend) BeginAppliedRead(ctx context.Context) (mvcc.AppliedReadTx, error) {
-	tx, err := b.beginRead(ctx, true)
-	if err != nil {
-		return nil, err
-	}
-	return tx, nil
-}
-
-// beginRead begins a read transaction; withApplied reads the applied index
-// with the revisions in the first statement, for a reader that needs it
-// before its first row (memtail), instead of in a statement of its own.
-func (b *Backend) beginRead(ctx context.Context, withApplied bool) (*readTx, error) {
+func (b *Backend) beginRead(ctx context.Context) (*readTx, error) {
 	if b.closed.Load() {
 		return nil, mvcc.ErrClosed
 	}
@@ -392,19 +386,11 @@ func (b *Backend) beginRead(ctx context.Context, withApplied bool) (*readTx, err
 		return nil, fmt.Errorf("begin read: %w", err)
 	}
 	r := &readTx{reader: reader{stmts: rc.stmts, defs: b.defs}, rc: rc, b: b}
-	if withApplied {
-		var applied int64
-		err = r.queryRow(ctx, true, qSnapshotState, []any{&r.current, &r.compacted, &applied})
-		r.applied, r.appliedKnown = uint64(applied), err == nil
-		if err != nil {
-			err = r.fail("read revisions", err)
-		}
-	} else {
-		r.current, r.compacted, err = r.reader.Revisions(ctx)
+	var applied int64
+	if err := r.queryRow(ctx, true, qSnapshotState, []any{&r.current, &r.compacted, &applied}); err != nil {
+		return nil, errors.Join(fmt.Errorf("begin read: %w", r.fail("read revisions", err)), r.Rollback())
 	}
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("begin read: %w", err), r.Rollback())
-	}
+	r.applied = uint64(applied)
 	r.latest = r.current
 	return r, nil
 }
@@ -412,11 +398,7 @@ func (b *Backend) beginRead(ctx context.Context, withApplied bool) (*readTx, err
 // BeginWrite takes the write mutex and starts a transaction on the writer
 // connection. The mutex is held until Commit or Rollback.
 func (b *Backend) BeginWrite(ctx context.Context) (mvcc.WriteTx, error) {
-	tx, err := b.beginWrite(ctx)
-	if err != nil {
-		return nil, err // not a nil *writeTx in a non-nil interface
-	}
-	return tx, nil
+	return b.BeginAppliedWrite(ctx) // a nil AppliedWriteTx converts to a nil WriteTx
 }
 
 // BeginAppliedWrite is BeginWrite, typed to record the applied index
@@ -424,7 +406,7 @@ func (b *Backend) BeginWrite(ctx context.Context) (mvcc.WriteTx, error) {
 func (b *Backend) BeginAppliedWrite(ctx context.Context) (mvcc.AppliedWriteTx, error) {
 	tx, err := b.beginWrite(ctx)
 	if err != nil {
-		return nil, err
+		return nil, err // not a nil *writeTx in a non-nil interface
 	}
 	return tx, nil
 }
@@ -512,7 +494,7 @@ func (b *Backend) replaceReadConn(old, rc *readConn) {
 // AppliedIndex returns the last raft entry a transaction recorded with
 // SetAppliedIndex (0 if none): where a raftsql node replays its log from.
 func (b *Backend) AppliedIndex(ctx context.Context) (uint64, error) {
-	tx, err := b.beginRead(ctx, true)
+	tx, err := b.beginRead(ctx)
 	if err != nil {
 		return 0, err
 	}

@@ -18,7 +18,6 @@ const (
 	qLeaseKeys
 	qAlarms
 	qUnleasedKeys
-	qAppliedIndex
 	qSnapshotState
 	qAuthState
 	// qRange is the first of eight range variants, see rangeID.
@@ -104,11 +103,10 @@ func statements() []statement {
 	s[qRevisions] = statement{sql: `SELECT
 		IFNULL((SELECT value FROM meta WHERE name = 'current'), 0),
 		IFNULL((SELECT value FROM meta WHERE name = 'compacted'), 0)`}
-	s[qAppliedIndex] = statement{sql: `SELECT
-		IFNULL((SELECT value FROM meta WHERE name = 'raft_applied_index'), 0)`}
 	// A read transaction's first statement, which takes its snapshot: the
-	// revisions and the applied index at once, so that a reader merging a
-	// tail over it (memtail) asks nothing more before its first row.
+	// revisions and the applied index at once (three rows of one meta
+	// page), so that a reader merging a tail over it (memtail) asks
+	// nothing more before its first row.
 	s[qSnapshotState] = statement{sql: `SELECT
 		IFNULL((SELECT value FROM meta WHERE name = 'current'), 0),
 		IFNULL((SELECT value FROM meta WHERE name = 'compacted'), 0),

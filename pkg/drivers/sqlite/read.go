@@ -37,12 +37,9 @@ type readTx struct {
 	reader
 	rc                 *readConn
 	b                  *Backend
-	current, compacted int64 // read once at BeginRead
-	// applied is the snapshot's applied index, read with the revisions
-	// when appliedKnown (BeginAppliedRead).
-	applied      uint64
-	appliedKnown bool
-	done         bool
+	current, compacted int64  // read once at BeginRead
+	applied            uint64 // likewise: the snapshot's applied index
+	done               bool
 }
 
 func (r *reader) stmt(_ context.Context, id stmtID) *sql.Stmt { return r.stmts[id] }
@@ -53,14 +50,11 @@ func (t *readTx) Revisions(context.Context) (current, compacted int64, err error
 	return t.current, t.compacted, nil
 }
 
-// AppliedIndex implements mvcc.AppliedReadTx: the snapshot's applied
-// index, read when it was taken if it began with BeginAppliedRead.
-func (t *readTx) AppliedIndex(ctx context.Context) (uint64, error) {
-	if t.appliedKnown {
-		return t.applied, nil
-	}
-	return t.reader.AppliedIndex(ctx)
-}
+// AppliedIndex implements mvcc.AppliedReadTx: the index SetAppliedIndex
+// last recorded (0 if none) as of the snapshot, read when it was taken, so
+// that a caller keeping the entries after it elsewhere (a raft log,
+// memtail's tail) knows which of them this state already holds.
+func (t *readTx) AppliedIndex(context.Context) (uint64, error) { return t.applied, nil }
 
 // fail wraps err with what was being done and, in a write transaction,
 // poisons it.
@@ -124,18 +118,6 @@ func (r *reader) stmtCtx(ctx context.Context, short bool) (context.Context, erro
 const shortRows = 4096
 
 func isShort(limit int64) bool { return limit > 0 && limit <= shortRows }
-
-// AppliedIndex returns the index SetAppliedIndex last recorded (0 if
-// none) as of this transaction's state, so that a caller keeping the
-// entries after it elsewhere (a raft log, memtail's tail) knows which of
-// them this state already holds.
-func (r *reader) AppliedIndex(ctx context.Context) (uint64, error) {
-	var idx int64
-	if err := r.queryRow(ctx, true, qAppliedIndex, []any{&idx}); err != nil {
-		return 0, r.fail("read applied index", err)
-	}
-	return uint64(idx), nil
-}
 
 // Revisions implements mvcc.ReadTx.
 func (r *reader) Revisions(ctx context.Context) (current, compacted int64, err error) {

@@ -321,11 +321,7 @@ func (b *Backend) GetLatest(ctx context.Context, key []byte) (*mvccpb.KeyValue, 
 
 // BeginWrite implements mvcc.Backend.
 func (b *Backend) BeginWrite(ctx context.Context) (mvcc.WriteTx, error) {
-	tx, err := b.beginWrite(ctx)
-	if err != nil {
-		return nil, err // not a nil *writeTx in a non-nil interface
-	}
-	return tx, nil
+	return b.BeginAppliedWrite(ctx) // a nil AppliedWriteTx converts to a nil WriteTx
 }
 
 // BeginAppliedWrite is BeginWrite, typed to record a replicated log's
@@ -333,7 +329,7 @@ func (b *Backend) BeginWrite(ctx context.Context) (mvcc.WriteTx, error) {
 func (b *Backend) BeginAppliedWrite(ctx context.Context) (mvcc.AppliedWriteTx, error) {
 	tx, err := b.beginWrite(ctx)
 	if err != nil {
-		return nil, err
+		return nil, err // not a nil *writeTx in a non-nil interface
 	}
 	return tx, nil
 }
