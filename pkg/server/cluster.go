@@ -9,67 +9,15 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
-// errNeedsRaftSQL answers membership changes: a sqlite-mode server is a
-// cluster of exactly one member, and only raftsql mode has raft
-// configuration changes behind the Cluster API.
-var errNeedsRaftSQL = status.Error(codes.FailedPrecondition,
-	"etcdserver: membership changes need kite's raftsql mode; this server is a single-member cluster")
-
-// refuseChange answers a membership change in sqlite or postgres mode:
-// etcd's "member not found" for an unknown member, else the reason.
-func (s *clusterServer) refuseChange(id uint64) error {
-	if !slices.ContainsFunc(s.members(), func(m *pb.Member) bool { return m.ID == id }) {
-		return rpctypes.ErrGRPCMemberNotFound
-	}
-	return errNeedsRaftSQL
-}
-
-// Clustered is implemented by a Backend that is one member of a replicated
-// cluster (raftsql). The server reports the cluster through it: member and
-// cluster IDs, the members, raft's status in headers and Status, and stops
-// serving when the member stops (Err).
-type Clustered interface {
-	ID() uint64
-	ClusterID() uint64
-	Members() []*pb.Member
-	// RaftStatus is raft's view: the leader's ID (0: none), the term, the
-	// last committed and the last applied index.
-	RaftStatus() (leader, term, index, applied uint64)
-	// MoveLeader hands leadership to member target and waits until it
-	// leads: membership.ErrNotLeader, ErrBadLeaderTransferee,
-	// ErrLeaderTransferTimeout.
-	MoveLeader(ctx context.Context, target uint64) error
-	// AddMember, RemoveMember, UpdateMember and PromoteMember change the
-	// membership through the replicated log and return the members after
-	// the change, or pkg/membership's errors (ErrMemberExists,
-	// ErrMemberNotFound, ErrMemberNotLearner, ErrLearnerNotReady, ...) and
-	// the store's (mvcc.ErrTimeout, mvcc.ErrStopped, ...).
-	AddMember(ctx context.Context, peerURLs []string, learner bool) (*pb.Member, []*pb.Member, error)
-	RemoveMember(ctx context.Context, id uint64) ([]*pb.Member, error)
-	UpdateMember(ctx context.Context, id uint64, peerURLs []string) ([]*pb.Member, error)
-	PromoteMember(ctx context.Context, id uint64) ([]*pb.Member, error)
-	// IsLearner reports whether this member is a learner, which serves
-	// only Status and serializable reads, as etcd's learners.
-	IsLearner() bool
-	Err() <-chan error
-}
-
-// raftStatus is what RaftStatus returns.
-type raftStatus struct {
-	Leader, Term, Index, Applied uint64
-}
-
-// clusterServer is etcd's Cluster service: the one member of a single
-// server, or the members of a raftsql cluster.
+// clusterServer is etcd's Cluster service over the member's cluster
+// (members.go): the one member of a single server, or the members of a
+// raftsql cluster.
 type clusterServer struct {
 	pb.UnsafeClusterServer
 
-	hdr    *header
-	member *pb.Member
+	hdr *header
 }
 
 var _ pb.ClusterServer = (*clusterServer)(nil)
@@ -78,28 +26,18 @@ var _ pb.ClusterServer = (*clusterServer)(nil)
 // key space.
 func (s *clusterServer) header() *pb.ResponseHeader { return s.hdr.fillWithoutRevision(nil) }
 
-func (s *clusterServer) members() []*pb.Member {
-	if s.hdr.raft != nil {
-		return s.hdr.raft.Members()
-	}
-	return []*pb.Member{s.member}
-}
-
 func (s *clusterServer) MemberList(ctx context.Context, r *pb.MemberListRequest) (*pb.MemberListResponse, error) {
-	return &pb.MemberListResponse{Header: s.header(), Members: s.members()}, nil
+	return &pb.MemberListResponse{Header: s.header(), Members: s.hdr.cluster.members()}, nil
 }
 
-// MemberAdd checks the URLs as etcd does, then adds the member in
-// raftsql mode; other modes are a single member and refuse.
+// MemberAdd checks the URLs as etcd does, then adds the member (a single
+// member refuses).
 func (s *clusterServer) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (*pb.MemberAddResponse, error) {
 	urls, err := peerURLs(r.PeerURLs)
 	if err != nil {
 		return nil, err
 	}
-	if s.hdr.raft == nil {
-		return nil, errNeedsRaftSQL
-	}
-	m, ms, err := s.hdr.raft.AddMember(ctx, urls, r.IsLearner)
+	m, ms, err := s.hdr.cluster.addMember(ctx, urls, r.IsLearner)
 	if err != nil {
 		return nil, toGRPCError(err)
 	}
@@ -107,10 +45,7 @@ func (s *clusterServer) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (
 }
 
 func (s *clusterServer) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
-	if s.hdr.raft == nil {
-		return nil, s.refuseChange(r.ID)
-	}
-	ms, err := s.hdr.raft.RemoveMember(ctx, r.ID)
+	ms, err := s.hdr.cluster.removeMember(ctx, r.ID)
 	if err != nil {
 		return nil, toGRPCError(err)
 	}
@@ -122,26 +57,15 @@ func (s *clusterServer) MemberUpdate(ctx context.Context, r *pb.MemberUpdateRequ
 	if err != nil {
 		return nil, err
 	}
-	if s.hdr.raft == nil {
-		return nil, s.refuseChange(r.ID)
-	}
-	ms, err := s.hdr.raft.UpdateMember(ctx, r.ID, urls)
+	ms, err := s.hdr.cluster.updateMember(ctx, r.ID, urls)
 	if err != nil {
 		return nil, toGRPCError(err)
 	}
 	return &pb.MemberUpdateResponse{Header: s.header(), Members: ms}, nil
 }
 
-// MemberPromote: a single member is a voter, so etcd's "can only promote
-// a learner member" unless it is not the member at all.
 func (s *clusterServer) MemberPromote(ctx context.Context, r *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
-	if s.hdr.raft == nil {
-		if !slices.ContainsFunc(s.members(), func(m *pb.Member) bool { return m.ID == r.ID }) {
-			return nil, rpctypes.ErrGRPCMemberNotFound
-		}
-		return nil, rpctypes.ErrGRPCMemberNotLearner
-	}
-	ms, err := s.hdr.raft.PromoteMember(ctx, r.ID)
+	ms, err := s.hdr.cluster.promoteMember(ctx, r.ID)
 	if err != nil {
 		return nil, toGRPCError(err)
 	}
@@ -170,7 +94,7 @@ func peerURLs(raw []string) ([]string, error) {
 // Snapshot.
 func learnerUnary(hdr *header) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if hdr.raft != nil && hdr.raft.IsLearner() {
+		if hdr.cluster.isLearner() {
 			switch r := req.(type) {
 			case *pb.StatusRequest:
 			case *pb.RangeRequest:
@@ -187,7 +111,7 @@ func learnerUnary(hdr *header) grpc.UnaryServerInterceptor {
 
 func learnerStream(hdr *header) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if hdr.raft != nil && hdr.raft.IsLearner() && info.FullMethod != pb.Maintenance_Snapshot_FullMethodName {
+		if hdr.cluster.isLearner() && info.FullMethod != pb.Maintenance_Snapshot_FullMethodName {
 			return rpctypes.ErrGRPCNotSupportedForLearner
 		}
 		return handler(srv, ss)

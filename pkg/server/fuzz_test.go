@@ -68,7 +68,9 @@ func FuzzRangeRequest(f *testing.F) {
 
 // testHeader is a header filler with fixed IDs.
 func testHeader() *header {
-	return &header{clusterID: 1, memberID: 2, rev: func() int64 { return 0 }}
+	rev := func() int64 { return 0 }
+	one := &singleMember{member: &pb.Member{ID: 2}, counts: &proposalCounts{}, rev: rev}
+	return &header{clusterID: 1, memberID: 2, cluster: one, rev: rev}
 }
 
 // fakeRangeStream collects what RangeStream sends.

@@ -4,20 +4,14 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
-// raftTerm is the term kite reports in every header and in Status. A
-// single-node sqlite server never holds an election, so the term stays 1
-// (etcd's first term after bootstrap).
-const raftTerm = 1
-
 // header fills the cluster fields of response headers. The store sets only
 // Revision; everything else is filled here, in one place, as etcd's
 // v3rpc.header does.
 type header struct {
 	clusterID uint64
 	memberID  uint64
-	// raft is the replicated cluster this member belongs to (raftsql);
-	// nil for a member that is a cluster of its own.
-	raft Clustered
+	// cluster is the cluster this member belongs to (members.go).
+	cluster cluster
 	// rev returns the current revision for responses that carry none.
 	rev func() int64
 }
@@ -42,31 +36,12 @@ func (h *header) fillWithoutRevision(rh *pb.ResponseHeader) *pb.ResponseHeader {
 	}
 	rh.ClusterId = h.clusterID
 	rh.MemberId = h.memberID
-	rh.RaftTerm = h.term()
+	rh.RaftTerm = h.cluster.term()
 	return rh
 }
 
-// term is raft's current term, or the fixed term of a single member.
-func (h *header) term() uint64 {
-	if h.raft != nil {
-		_, term, _, _ := h.raft.RaftStatus()
-		return term
-	}
-	return raftTerm
-}
-
 // status is raft's view: leader, term, last committed and applied index.
-// A single member is its own leader and its revision stands in for the
-// index, as every committed write is one entry of a log.
-func (h *header) status() raftStatus {
-	if h.raft != nil {
-		var st raftStatus
-		st.Leader, st.Term, st.Index, st.Applied = h.raft.RaftStatus()
-		return st
-	}
-	rev := uint64(h.rev())
-	return raftStatus{Leader: h.memberID, Term: raftTerm, Index: rev, Applied: rev}
-}
+func (h *header) status() raftStatus { return h.cluster.status() }
 
 // newHeader returns a header with Revision set to rev.
 func (h *header) newHeader(rev int64) *pb.ResponseHeader {

@@ -118,21 +118,14 @@ func (s *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*p
 	return resp, nil
 }
 
-// MoveLeader: a raftsql member transfers raft leadership. A single member
-// is the only one and always the leader, so a transfer to itself succeeds
-// at once (as raft ignores it in etcd) and a transfer to anyone else names
-// no member: ErrBadLeaderTransferee.
+// MoveLeader hands raft leadership to the target and answers, as etcd
+// does, without a header. A single member is always the leader: a
+// transfer to itself succeeds at once, one to anyone else names no member.
 func (s *maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
-	if s.hdr.raft != nil {
-		if err := s.hdr.raft.MoveLeader(ctx, r.TargetID); err != nil {
-			return nil, toGRPCError(err)
-		}
-		return &pb.MoveLeaderResponse{Header: s.hdr.fill(nil)}, nil
+	if err := s.hdr.cluster.moveLeader(ctx, r.TargetID); err != nil {
+		return nil, toGRPCError(err)
 	}
-	if r.TargetID != s.hdr.memberID {
-		return nil, rpctypes.ErrGRPCBadLeaderTransferee
-	}
-	return &pb.MoveLeaderResponse{}, nil // etcd's answer carries no header
+	return &pb.MoveLeaderResponse{}, nil
 }
 
 // Downgrade: kite's storage has no older schema to go back to. VALIDATE and

@@ -16,25 +16,15 @@ import (
 // scrape.
 const metricsTimeout = 5 * time.Second
 
-// raftCounters is a raft member (raftsql) that counts what etcd's raft
-// loop counts. Declared here, by its consumer, so that pkg/server needs
-// no driver.
-type raftCounters interface {
-	Metrics() (leaderChanges uint64, proposalsPending int64, proposalsFailed uint64)
-}
-
 // storeCollector exports, at scrape time, etcd's metrics whose values the
 // store or raft already hold, under etcd's names, types and help, so that
 // etcd's dashboards and alerts (kube-prometheus' etcd rules) keep working.
 type storeCollector struct {
 	store *mvcc.Store
 	hdr   *header
+	// quota is --quota-backend-bytes; leader changes and proposals are
+	// the cluster's (hdr.cluster.proposals).
 	quota int64
-	// raft is set for a raftsql member: leader changes and proposals are
-	// raft's. Otherwise the member is a cluster of its own, which, as a
-	// single etcd member, saw one leader change (its own election) and
-	// whose proposals are its writes (kvMetrics).
-	raft raftCounters
 
 	hasLeader, isLeader, leaderChanges        *prometheus.Desc
 	committed, applied, pending, failed       *prometheus.Desc
@@ -43,7 +33,7 @@ type storeCollector struct {
 	slowWatchers, writeConflicts              *prometheus.Desc
 }
 
-func newStoreCollector(store *mvcc.Store, hdr *header, quota int64, raft raftCounters) *storeCollector {
+func newStoreCollector(store *mvcc.Store, hdr *header, quota int64) *storeCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, labels, nil)
 	}
@@ -51,7 +41,6 @@ func newStoreCollector(store *mvcc.Store, hdr *header, quota int64, raft raftCou
 		store:         store,
 		hdr:           hdr,
 		quota:         quota,
-		raft:          raft,
 		hasLeader:     d("etcd_server_has_leader", "Whether or not a leader exists. 1 is existence, 0 is not."),
 		isLeader:      d("etcd_server_is_leader", "Whether or not this member is a leader. 1 if is, 0 otherwise."),
 		leaderChanges: d("etcd_server_leader_changes_seen_total", "The number of leader changes seen."),
@@ -75,12 +64,9 @@ func newStoreCollector(store *mvcc.Store, hdr *header, quota int64, raft raftCou
 
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.hasLeader, c.isLeader, c.leaderChanges, c.committed, c.applied,
-		c.dbSize, c.dbInUse, c.quotaBytes, c.keys, c.currentRev, c.compactRev, c.serverVersion, c.id, c.slowWatchers, c.writeConflicts} {
+		c.pending, c.failed, c.dbSize, c.dbInUse, c.quotaBytes, c.keys, c.currentRev, c.compactRev, c.serverVersion, c.id,
+		c.slowWatchers, c.writeConflicts} {
 		ch <- d
-	}
-	if c.raft != nil {
-		ch <- c.pending
-		ch <- c.failed
 	}
 }
 
@@ -98,14 +84,10 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	// without raft the revision stands in for the index (header.status).
 	gauge(c.committed, float64(st.Index))
 	gauge(c.applied, float64(st.Applied))
-	if c.raft != nil {
-		changes, pending, failed := c.raft.Metrics()
-		counter(c.leaderChanges, float64(changes))
-		gauge(c.pending, float64(pending))
-		counter(c.failed, float64(failed))
-	} else {
-		counter(c.leaderChanges, 1)
-	}
+	changes, pending, failed := c.hdr.cluster.proposals()
+	counter(c.leaderChanges, float64(changes))
+	gauge(c.pending, float64(pending))
+	counter(c.failed, float64(failed))
 	gauge(c.quotaBytes, float64(max(c.quota, 0)))
 	gauge(c.serverVersion, 1, version.Version)
 	gauge(c.id, 1, strconv.FormatUint(c.hdr.memberID, 16))

@@ -24,15 +24,6 @@ var raftDefaultMetrics = []string{
 	"etcd_debugging_snap_",
 }
 
-// newGatherer is what /metrics serves: the server's registry and, for a
-// raft member, the default registry's raft metrics.
-func newGatherer(reg *prometheus.Registry, raft bool) prometheus.Gatherer {
-	if !raft {
-		return reg
-	}
-	return prometheus.Gatherers{reg, filteredGatherer{prometheus.DefaultGatherer, raftDefaultMetrics}}
-}
-
 // filteredGatherer keeps the families whose name starts with one of
 // prefixes.
 type filteredGatherer struct {

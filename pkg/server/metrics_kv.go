@@ -23,26 +23,21 @@ import (
 type kvMetrics struct {
 	ranges, puts, deletes, txns prometheus.Counter
 
-	// pending and failed stand in for raft's proposals in sqlite and
-	// postgres modes: a write is pending while the store commits it, and
-	// failed when it did not complete for a reason other than etcd's
-	// answer to the request itself (storage error, timeout, shutdown).
-	pending prometheus.Gauge
-	failed  prometheus.Counter
+	// proposals counts the writes as a member without raft reports its
+	// proposals (singleMember.proposals).
+	proposals *proposalCounts
 }
 
-func newKVMetrics(reg prometheus.Registerer) *kvMetrics {
+func newKVMetrics(reg prometheus.Registerer, proposals *proposalCounts) *kvMetrics {
 	c := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
 	m := &kvMetrics{
-		ranges:  c("etcd_mvcc_range_total", "Total number of ranges seen by this member."),
-		puts:    c("etcd_mvcc_put_total", "Total number of puts seen by this member."),
-		deletes: c("etcd_mvcc_delete_total", "Total number of deletes seen by this member."),
-		txns:    c("etcd_mvcc_txn_total", "Total number of txns seen by this member."),
-		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "etcd_server_proposals_pending",
-			Help: "The current number of pending proposals to commit."}),
-		failed: c("etcd_server_proposals_failed_total", "The total number of failed proposals seen."),
+		ranges:    c("etcd_mvcc_range_total", "Total number of ranges seen by this member."),
+		puts:      c("etcd_mvcc_put_total", "Total number of puts seen by this member."),
+		deletes:   c("etcd_mvcc_delete_total", "Total number of deletes seen by this member."),
+		txns:      c("etcd_mvcc_txn_total", "Total number of txns seen by this member."),
+		proposals: proposals,
 	}
 	reg.MustRegister(m.ranges, m.puts, m.deletes, m.txns)
 	return m
@@ -138,17 +133,17 @@ func txnOps(r *pb.TxnRequest, resp *pb.TxnResponse, check, run *opCount) {
 	}
 }
 
-// write tracks one write of a single-member server as a proposal; the
+// write tracks one write as a proposal (reported by a single member); the
 // returned func ends it with the write's error.
 func (m *kvMetrics) write() func(error) {
 	if m == nil {
 		return func(error) {}
 	}
-	m.pending.Inc()
+	m.proposals.pending.Add(1)
 	return func(err error) {
-		m.pending.Dec()
+		m.proposals.pending.Add(-1)
 		if proposalFailed(err) {
-			m.failed.Inc()
+			m.proposals.failed.Add(1)
 		}
 	}
 }

@@ -40,7 +40,7 @@ func TestKVMetricsTxn(t *testing.T) {
 			2, 1, 0, 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			m := newKVMetrics(prometheus.NewRegistry())
+			m := newKVMetrics(prometheus.NewRegistry(), &proposalCounts{})
 			m.txnDone(tt.req, tt.resp)
 			for name, c := range map[string]struct {
 				got  prometheus.Counter
@@ -57,17 +57,17 @@ func TestKVMetricsTxn(t *testing.T) {
 // TestProposalFailed: only writes that did not complete count as failed
 // proposals, not etcd's answers about the request.
 func TestProposalFailed(t *testing.T) {
-	m := newKVMetrics(prometheus.NewRegistry())
+	m := newKVMetrics(prometheus.NewRegistry(), &proposalCounts{})
 	m.write()(nil)
 	m.write()(mvcc.ErrRequestTooLarge)
-	if got := metricValue(m.failed); got != 0 {
+	if got := float64(m.proposals.failed.Load()); got != 0 {
 		t.Fatalf("failed = %v after a success and a refused request", got)
 	}
 	m.write()(context.DeadlineExceeded)
-	if got := metricValue(m.failed); got != 1 {
+	if got := float64(m.proposals.failed.Load()); got != 1 {
 		t.Fatalf("failed = %v after a timeout, want 1", got)
 	}
-	if got := metricValue(m.pending); got != 0 {
+	if got := float64(m.proposals.pending.Load()); got != 0 {
 		t.Fatalf("pending = %v with no write in flight", got)
 	}
 }

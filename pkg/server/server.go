@@ -17,13 +17,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/soheilhy/cmux"
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/kite-db/kite/pkg/membership"
 	"github.com/kite-db/kite/pkg/mvcc"
 )
 
@@ -38,6 +36,8 @@ type Server struct {
 	log       *slog.Logger
 	lock      *os.File // held while the data dir is ours
 	backend   mvcc.Backend
+	cluster   cluster // chosen once the backend is open (members.go)
+	proposals proposalCounts
 	store     *mvcc.Store
 	grpc      *grpc.Server
 	http      *http.Server
@@ -144,10 +144,11 @@ func (s *Server) openStore(ctx context.Context) (err error) {
 	if s.backend, err = s.cfg.OpenBackend(ctx); err != nil {
 		return fmt.Errorf("open storage: %w", err)
 	}
+	s.cluster = newCluster(s.cfg, s.backend, &s.proposals, func() int64 { rev, _ := s.store.Revisions(); return rev })
 	s.store, err = mvcc.Open(ctx, s.backend, mvcc.Config{
 		// The NOSPACE alarm this member raises names it as its headers do,
 		// as etcd's names its raft ID.
-		MemberID:               s.memberID(),
+		MemberID:               s.cluster.id(),
 		QuotaBackendBytes:      s.cfg.QuotaBackendBytes,
 		ProgressNotifyInterval: s.cfg.WatchProgressNotifyInterval,
 		AuthToken:              s.cfg.AuthToken,
@@ -160,44 +161,30 @@ func (s *Server) openStore(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
-	if c, ok := s.backend.(Clustered); ok {
-		// A member whose replication stopped (a failed apply) must not
-		// serve stale reads: the server stops with it.
-		s.wg.Go(func() {
+	// A member whose replication stopped (a failed apply) must not serve
+	// stale reads: the server stops with it.
+	stopped := s.cluster.stopped()
+	s.wg.Go(func() {
+		select {
+		case err := <-stopped:
 			select {
-			case err := <-c.Err():
-				select {
-				case s.errc <- fmt.Errorf("raft member stopped: %w", err):
-				default:
-				}
-			case <-s.stopping:
+			case s.errc <- fmt.Errorf("raft member stopped: %w", err):
+			default:
 			}
-		})
-	}
+		case <-s.stopping:
+		}
+	})
 	return nil
-}
-
-// memberID is the ID this member reports in its response headers: raft's
-// member ID (from the peer URLs and cluster token) for a replicated
-// backend, else one derived from the name and advertise client URLs.
-func (s *Server) memberID() uint64 {
-	if c, ok := s.backend.(Clustered); ok {
-		return c.ID()
-	}
-	return membership.MemberID(s.cfg.AdvertiseClientURLs, s.cfg.Name)
 }
 
 // buildServers wires the gRPC services and the HTTP handler.
 func (s *Server) buildServers() {
 	cfg := s.cfg
-	mid := s.memberID()
 	hdr := &header{
-		clusterID: membership.ClusterID(mid),
-		memberID:  mid,
+		clusterID: s.cluster.clusterID(),
+		memberID:  s.cluster.id(),
+		cluster:   s.cluster,
 		rev:       func() int64 { rev, _ := s.store.Revisions(); return rev },
-	}
-	if c, ok := s.backend.(Clustered); ok {
-		hdr.raft, hdr.clusterID = c, c.ClusterID()
 	}
 	s.health = health.NewServer()
 	// One registry per Server (metrics_*.go): etcd's names, types, labels
@@ -205,13 +192,10 @@ func (s *Server) buildServers() {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := grpcprom.NewServerMetrics()
-	raft, _ := s.backend.(raftCounters)
-	reg.MustRegister(metrics, newStoreCollector(s.store, hdr, cfg.QuotaBackendBytes, raft))
-	kvm := newKVMetrics(reg)
-	if raft == nil {
-		reg.MustRegister(kvm.pending, kvm.failed)
-	}
-	newDiskMetrics(reg, s.backend, raft != nil)
+	reg.MustRegister(metrics, newStoreCollector(s.store, hdr, cfg.QuotaBackendBytes))
+	kvm := newKVMetrics(reg, &s.proposals)
+	replication := s.cluster.defaultMetrics()
+	newDiskMetrics(reg, s.backend, replication != nil)
 	if p, ok := s.backend.(poolStater); ok {
 		reg.MustRegister(newPoolCollector(p))
 	}
@@ -221,7 +205,10 @@ func (s *Server) buildServers() {
 	if w, ok := s.backend.(wakeStater); ok {
 		reg.MustRegister(newWakeCollector(w))
 	}
-	gatherer := newGatherer(reg, raft != nil)
+	gatherer := prometheus.Gatherer(reg)
+	if replication != nil {
+		gatherer = prometheus.Gatherers{reg, replication}
+	}
 
 	authz := &authorizer{store: s.store, clientCertAuth: cfg.TLS.ClientCertAuth}
 	s.grpc = newGRPCServer(s.log, cfg, metrics, newGRPCBytes(reg), services{
@@ -233,14 +220,9 @@ func (s *Server) buildServers() {
 			stopping: s.stopping, maxRequestBytes: cfg.MaxRequestBytes},
 		maintenance: &maintenanceServer{store: s.store, hdr: hdr, log: s.log.With("component", "maintenance"),
 			quota: cfg.QuotaBackendBytes, dataDir: cfg.DataDir},
-		cluster: &clusterServer{hdr: hdr, member: &pb.Member{
-			ID:         mid,
-			Name:       cfg.Name,
-			PeerURLs:   cfg.AdvertisePeerURLs,
-			ClientURLs: cfg.AdvertiseClientURLs,
-		}},
-		auth:   &authServer{store: s.store, hdr: hdr, authz: authz},
-		health: s.health,
+		cluster: &clusterServer{hdr: hdr},
+		auth:    &authServer{store: s.store, hdr: hdr, authz: authz},
+		health:  s.health,
 	})
 	endpoints := newHTTPHandler(s.log.With("component", "http"), s.store, hdr, reg, gatherer, cfg.EnablePprof)
 	s.http = &http.Server{

@@ -45,8 +45,8 @@ func testContext(t *testing.T) context.Context {
 func checkHeader(t *testing.T, what string, h *pb.ResponseHeader, srv *Server) {
 	t.Helper()
 	mid := membership.MemberID(srv.cfg.AdvertiseClientURLs, srv.cfg.Name)
-	if h == nil || h.MemberId != mid || h.ClusterId != membership.ClusterID(mid) || h.RaftTerm != raftTerm {
-		t.Errorf("%s: header %v, want member %x cluster %x term %d", what, h, mid, membership.ClusterID(mid), raftTerm)
+	if h == nil || h.MemberId != mid || h.ClusterId != membership.ClusterID(mid) || h.RaftTerm != singleTerm {
+		t.Errorf("%s: header %v, want member %x cluster %x term %d", what, h, mid, membership.ClusterID(mid), singleTerm)
 	}
 }
 
