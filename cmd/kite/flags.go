@@ -86,8 +86,11 @@ type serveFlags struct {
 	maxWALs          uint
 	catchUpEntries   uint64
 	corruptCheckTime time.Duration
-	packProposals    bool
-	raftApplyBehind  bool
+	// idleRaft are the raft tuning flags given outside raftsql
+	// (idleRaftFlags), warned about at start.
+	idleRaft        []string
+	packProposals   bool
+	raftApplyBehind bool
 	// raftsql peer TLS, etcd's flags.
 	peerCertFile       string
 	peerKeyFile        string
@@ -254,6 +257,7 @@ func parseServeFlags(args []string, getenv func(string) string) (*serveFlags, er
 	}
 	if err == nil {
 		err = f.checkModeFlags(set)
+		f.idleRaft = f.idleRaftFlags(set)
 	}
 	if err == nil && f.raftMode() {
 		f.raft, err = f.raftConfig()

@@ -100,6 +100,31 @@ var raftsqlHelp = map[string]bool{
 	"corrupt-check-time": true,
 }
 
+// raftTuning are etcd's raft, WAL and corruption-check tuning flags.
+// etcd's manifests carry them for a single member as well (kubeadm's does),
+// and a single etcd accepts them, so outside raftsql they are accepted
+// too, so that such a manifest can point at kite unchanged, and named in
+// a warning at start: there is no raft log or peer for them to tune.
+var raftTuning = []string{
+	"heartbeat-interval", "election-timeout", "snapshot-count", "max-snapshots", "max-wals",
+	"snapshot-catchup-entries", "corrupt-check-time",
+}
+
+// idleRaftFlags are the raftTuning flags given (set) to a server that is
+// not a raftsql member, in raftTuning's order.
+func (f *serveFlags) idleRaftFlags(set map[string]bool) []string {
+	if f.raftMode() {
+		return nil
+	}
+	var idle []string
+	for _, name := range raftTuning {
+		if set[name] {
+			idle = append(idle, "--"+name)
+		}
+	}
+	return idle
+}
+
 // flagGroup is the helpGroups mode a flag is listed under.
 func flagGroup(name string) string {
 	for _, m := range modeFlags {

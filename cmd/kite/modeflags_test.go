@@ -84,3 +84,28 @@ func TestHelpGroupsFlagsByMode(t *testing.T) {
 		}
 	}
 }
+
+// etcd's raft tuning flags are accepted in every mode, as a single etcd
+// accepts them, and named for the warning at start outside raftsql.
+func TestRaftTuningNamedOutsideRaftSQL(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		idle string
+	}{
+		{[]string{"--snapshot-count=10000", "--heartbeat-interval=100"}, nil, "--heartbeat-interval --snapshot-count"},
+		{[]string{"--datastore-endpoint", "postgres://127.0.0.1/kite"}, map[string]string{"ETCD_ELECTION_TIMEOUT": "1000"}, "--election-timeout"},
+		{[]string{"--experimental-snapshot-catchup-entries=100"}, nil, "--snapshot-catchup-entries"},
+		{[]string{"--snapshot-count=10000", "--initial-cluster", "a=http://127.0.0.1:2380", "--name", "a"}, nil, ""},
+		{nil, nil, ""},
+	} {
+		f, err := parseServeFlags(c.args, env(c.env))
+		if err != nil {
+			t.Errorf("%v %v: %v, want accepted", c.args, c.env, err)
+			continue
+		}
+		if got := strings.Join(f.idleRaft, " "); got != c.idle {
+			t.Errorf("%v %v: warned about %q, want %q", c.args, c.env, got, c.idle)
+		}
+	}
+}

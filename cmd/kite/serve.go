@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 
 	"go.etcd.io/etcd/api/v3/version"
@@ -59,6 +60,10 @@ func runServe(args []string) int {
 		}
 	}
 	f.memoryShares().applyGoLimit(log, os.Getenv)
+	if len(f.idleRaft) > 0 {
+		log.Warn("raft tuning flags have no effect outside raftsql mode (there is no raft log); accepted as a single etcd member accepts them",
+			"flags", strings.Join(f.idleRaft, " "), "datastore", kind)
+	}
 	for _, name := range unknownEtcdEnv(os.Environ()) {
 		log.Warn("etcd environment variable not understood by kite; ignored", "variable", name)
 	}
