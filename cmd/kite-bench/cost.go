@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/kite-db/kite/internal/testenv"
@@ -79,11 +78,11 @@ type costSample struct {
 // fail the run.
 func sampleCost(ctx context.Context, t *target, log *slog.Logger) costSample {
 	s := costSample{leader: -1}
-	procs := t.cl.procs
+	procs := t.cl.Servers
 	pids, cpu := make([]int, len(procs)), make([]float64, len(procs))
 	for i, p := range procs {
 		pids[i] = p.Process().Pid()
-		c, err := testenv.CPUSeconds(pids[i])
+		c, err := p.CPUSeconds()
 		if err != nil {
 			log.Warn("cost: CPU not measured", "server", p.Name, "error", err)
 			cpu = nil
@@ -194,7 +193,7 @@ func costBetween(before, after costSample, names []string, ops int64) cost {
 	if ops <= 0 {
 		return c
 	}
-	per := func(v float64) float64 { return round3(v / float64(ops)) }
+	per := func(v float64) float64 { return testenv.Round3(v / float64(ops)) }
 	restarted := len(before.pids) != len(after.pids)
 	for i := range before.pids {
 		restarted = restarted || before.pids[i] != after.pids[i]
@@ -211,13 +210,13 @@ func costBetween(before, after costSample, names []string, ops int64) cost {
 		var all, lead float64
 		for i := range after.cpu {
 			d := after.cpu[i] - before.cpu[i]
-			c.CPUNodesSeconds[i] = round3(d)
+			c.CPUNodesSeconds[i] = testenv.Round3(d)
 			all += d
 			if i == leader {
 				lead = d
 			}
 		}
-		c.CPUSeconds = round3(all)
+		c.CPUSeconds = testenv.Round3(all)
 		c.CPUPer1kOps = per(all * 1000)
 		if leader >= 0 {
 			c.LeaderCPUPer1kOps = per(lead * 1000)
@@ -251,15 +250,6 @@ func costBetween(before, after costSample, names []string, ops int64) cost {
 	return c
 }
 
-// names are the cluster's servers' names, in the order of c.procs.
-func (c *cluster) names() []string {
-	names := make([]string, len(c.procs))
-	for i, p := range c.procs {
-		names[i] = p.Name
-	}
-	return names
-}
-
 // hasCost reports whether any result measured the servers' CPU.
 func hasCost(results []result) bool {
 	for _, r := range results {
@@ -284,12 +274,12 @@ func writeCosts(w io.Writer, results []result, num, den string) error {
 		byKey[[2]string{r.Target, r.Workload}] = r
 	}
 	fmt.Fprintln(w, "what one operation costs the servers: CPU seconds per 1,000 operations (all servers; leader / the followers together); WAL syncs, backend commits (all servers) and raft entries per operation")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "workload\t%[1]s CPU\t%[2]s CPU\tCPU %[2]s/%[1]s\t%[1]s leader / followers\t%[2]s leader / followers\t%[1]s WAL syncs\t%[2]s WAL syncs\t%[1]s commits\t%[2]s commits\t%[1]s entries\t%[2]s entries\t\n", den, num)
+	tw := testenv.NewTable(w)
+	tw.Rowf("workload\t%[1]s CPU\t%[2]s CPU\tCPU %[2]s/%[1]s\t%[1]s leader / followers\t%[2]s leader / followers\t%[1]s WAL syncs\t%[2]s WAL syncs\t%[1]s commits\t%[2]s commits\t%[1]s entries\t%[2]s entries", den, num)
 	for _, wl := range order {
 		d, n := byKey[[2]string{den, wl}], byKey[[2]string{num, wl}]
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", wl,
-			costCell(d.CPUPer1kOps), costCell(n.CPUPer1kOps), ratio(n.CPUPer1kOps, d.CPUPer1kOps),
+		tw.Rowf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", wl,
+			costCell(d.CPUPer1kOps), costCell(n.CPUPer1kOps), testenv.Ratio(n.CPUPer1kOps, d.CPUPer1kOps),
 			splitCell(d), splitCell(n),
 			costCell(d.WALSyncsPerOp), costCell(n.WALSyncsPerOp),
 			costCell(d.CommitsPerOp), costCell(n.CommitsPerOp),

@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
-	"os/exec"
-	"path/filepath"
 
 	"github.com/kite-db/kite/internal/testenv"
 )
@@ -32,47 +29,26 @@ const (
 
 // kineKind runs kine on the database whose URL is put in KINE_ENDPOINT
 // (kine reads its --endpoint from there; the URL never shows in a process
-// listing), serving etcd clients on the loopback URL it is given. Its
-// metrics server, by default on every interface's port 8080, is switched
-// off: two kine servers would collide on it.
+// listing), serving etcd clients on the loopback URL it is given
+// (testenv.KineArgv).
 func kineKind(path string, servers int) serverKind {
 	return serverKind{
 		name:    "kine",
 		servers: servers,
 		dbEnv:   "KINE_ENDPOINT",
 		partial: true,
-		argv: func(m member) []string {
-			return []string{path, "--listen-address", hostPort(m.clientURL), "--metrics-bind-address", "0"}
-		},
+		argv:    func(m testenv.Member) []string { return testenv.KineArgv(path, m.ClientURL, "") },
 	}
-}
-
-// hostPort is the host:port of a client URL.
-func hostPort(clientURL string) string {
-	if u, err := url.Parse(clientURL); err == nil && u.Host != "" {
-		return u.Host
-	}
-	return clientURL
 }
 
 // resolveKine returns the kine binary --kine-binary names, building it for
 // kineAuto.
 func resolveKine(ctx context.Context, cfg *config, log *slog.Logger) (string, error) {
-	if cfg.kineBinary != kineAuto {
-		p, err := exec.LookPath(cfg.kineBinary)
-		if err != nil {
-			return "", fmt.Errorf("--kine-binary %s: %w", cfg.kineBinary, err)
-		}
-		return filepath.Abs(p)
+	binary := cfg.kineBinary
+	if binary == kineAuto {
+		binary = ""
 	}
-	dir := cfg.kineCacheDir
-	if dir == "" {
-		var err error
-		if dir, err = testenv.DefaultKineDir(); err != nil {
-			return "", err
-		}
-	}
-	return testenv.BuildKine(ctx, log, dir)
+	return testenv.FindKine(ctx, log, binary, cfg.kineCacheDir)
 }
 
 // runBuildKine is `kite-bench build-kine [--dir D]`: build kine (or find

@@ -107,8 +107,8 @@ type config struct {
 // Storage kinds of --datastore.
 const (
 	datastoreSQLite   = "sqlite"
-	datastorePostgres = "postgres"
-	datastoreMySQL    = "mysql"
+	datastorePostgres = testenv.DatabasePostgres
+	datastoreMySQL    = testenv.DatabaseMySQL
 	datastoreRaftSQL  = "raftsql"
 )
 
@@ -173,8 +173,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, slog.Level, error) {
 	fs.StringVar(&cfg.datastore, "datastore", datastoreSQLite, "with --compare: kite's storage, sqlite (its data dir), postgres (a fresh database on --postgres-admin, dropped at the end), mysql (the same on --mysql-admin) or raftsql (a raft cluster of --members kite processes, against an etcd cluster of as many)")
 	fs.IntVar(&cfg.members, "members", 1, "raftsql mode: members of kite's raft cluster and of the reference etcd cluster, each its own process, data dir and loopback ports; connections are spread over them round-robin (3 or 5 to survive the loss of one)")
 	fs.IntVar(&cfg.failovers, "failovers", 5, "failover: how many times the leader of each cluster is killed (and restarted)")
-	fs.StringVar(&cfg.postgresAdmin, "postgres-admin", defaultPostgresAdmin, "postgres mode: a loopback postgres:// URL of a role that may create databases; the benchmark's databases are made from it (its password is never printed)")
-	fs.StringVar(&cfg.mysqlAdmin, "mysql-admin", defaultMySQLAdmin, "mysql mode: a loopback mysql://user[:password]@tcp(host:port)/ DSN of a MySQL or MariaDB account that may create databases; the benchmark's databases are made from it (its password is never printed)")
+	fs.StringVar(&cfg.postgresAdmin, "postgres-admin", testenv.DefaultPostgresAdmin, "postgres mode: a loopback postgres:// URL of a role that may create databases; the benchmark's databases are made from it (its password is never printed)")
+	fs.StringVar(&cfg.mysqlAdmin, "mysql-admin", testenv.DefaultMySQLAdmin, "mysql mode: a loopback mysql://user[:password]@tcp(host:port)/ DSN of a MySQL or MariaDB account that may create databases; the benchmark's databases are made from it (its password is never printed)")
 	fs.IntVar(&cfg.kiteServers, "kite-servers", 1, "postgres and mysql modes: kite servers sharing the one database, each with its own data dir and port; connections are spread over them round-robin")
 	fs.StringVar(&cfg.kineBinary, "kine-binary", "", "postgres and mysql modes: add kine "+kineVersion+" as a second reference on its own fresh database; a kine binary, or \""+kineAuto+"\" to build it from its Go module (see \"How kine is built\" above)")
 	fs.IntVar(&cfg.kineServers, "kine-servers", 1, "postgres and mysql modes: kine servers sharing kine's database (2 to measure kine's cross-server watch, which polls)")
@@ -285,18 +285,13 @@ func validate(cfg *config) error {
 	case cfg.profile != nil && !cfg.compare:
 		return errors.New("--profile needs --compare (it starts kite with --enable-pprof)")
 	}
-	switch cfg.datastore {
-	case datastorePostgres:
-		if err := checkPostgresURL(cfg.postgresAdmin); err != nil {
-			return err
-		}
-	case datastoreMySQL:
-		if _, err := parseMySQLAdmin(cfg.mysqlAdmin); err != nil {
+	if onDatabaseServer(cfg) {
+		if err := testenv.CheckDatabaseAdmin(cfg.datastore, databaseAdmin(cfg)); err != nil {
 			return err
 		}
 	}
 	for _, ep := range cfg.endpoints {
-		if err := checkLoopback(ep); err != nil {
+		if err := testenv.CheckLoopback(ep); err != nil {
 			return err
 		}
 	}
@@ -307,6 +302,21 @@ func validate(cfg *config) error {
 // (postgres or mysql mode), where several servers may share its store.
 func onDatabaseServer(cfg *config) bool {
 	return cfg.datastore == datastorePostgres || cfg.datastore == datastoreMySQL
+}
+
+// databaseAdmin is the admin connection string of cfg's database-server
+// mode.
+func databaseAdmin(cfg *config) string {
+	if cfg.datastore == datastoreMySQL {
+		return cfg.mysqlAdmin
+	}
+	return cfg.postgresAdmin
+}
+
+// newDatabases connects to the database server of cfg's mode, which makes
+// the fresh databases (named kite_bench_<kind>_<random>) the servers run on.
+func newDatabases(ctx context.Context, cfg *config, log *slog.Logger) (testenv.Databases, error) {
+	return testenv.NewDatabases(ctx, log, cfg.datastore, databaseAdmin(cfg), "kite_bench_")
 }
 
 // hasWorkload reports whether the run includes the workload name.

@@ -29,9 +29,9 @@ func startProfiles(ctx context.Context, cfg *config, log *slog.Logger, t *target
 		seconds = max(1, int(cfg.duration.Seconds())-1)
 	}
 	var wg sync.WaitGroup
-	for i, p := range t.cl.procs {
+	for i, p := range t.cl.Servers {
 		name := "kite-" + strings.ReplaceAll(label, "/", "_")
-		if len(t.cl.procs) > 1 {
+		if len(t.cl.Servers) > 1 {
 			name += fmt.Sprintf("-s%d", i)
 		}
 		path := filepath.Join(cfg.profileDir, name+".pprof")

@@ -28,8 +28,8 @@ func TestStartProfilesWritesCPUAndHeap(t *testing.T) {
 	dir := t.TempDir()
 	cfg := &config{profile: map[string]bool{"put@64": true}, profileDir: dir, duration: 2 * time.Second}
 	// One server: a test process's runtime takes one CPU profile at a time.
-	procs := []*serverProc{{ToolServer: &testenv.ToolServer{Name: "kite-0", Endpoint: srv.URL}}}
-	tg := &target{name: "kite", cl: &cluster{procs: procs}}
+	servers := []*testenv.ToolServer{{Name: "kite-0", Endpoint: srv.URL}}
+	tg := &target{name: "kite", cl: &cluster{Cluster: &testenv.Cluster{Name: "kite", Servers: servers}}}
 	startProfiles(context.Background(), cfg, slog.New(slog.DiscardHandler), tg, "put@64")()
 
 	for _, name := range []string{"kite-put@64.pprof", "kite-put@64.heap.pprof"} {

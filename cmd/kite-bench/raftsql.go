@@ -2,30 +2,23 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-
-	"github.com/kite-db/kite/internal/testenv"
 )
 
 // Raftsql mode: kite, and the reference etcd it is measured against, each
 // run as a raft cluster of --members processes on this machine. Both are
-// started the way an etcd cluster is bootstrapped: every member with the
-// same --initial-cluster (name=peer URL of each), --initial-cluster-state
-// new and a cluster token of its own, so that a member of one cluster can
-// never join the other. The leader is whichever member the Maintenance
+// started the way an etcd cluster is bootstrapped (testenv.StartCluster):
+// every member with the same --initial-cluster (name=peer URL of each),
+// --initial-cluster-state new and a cluster token of its own, so that a
+// member of one cluster can never join the other. The leader is whichever member the Maintenance
 // Status RPC names (resp.Leader == resp.Header.MemberId on the leader).
 
 // statusTimeout bounds one Status call while polling for a leader: a member
@@ -37,71 +30,25 @@ const statusTimeout = 500 * time.Millisecond
 // timeout (1 s); a Status on loopback costs well under a millisecond.
 const leaderPoll = 10 * time.Millisecond
 
-// startRaftCluster starts kind.members members, each on a fresh data dir
-// with its own client and peer port, bootstrapped together as a new
-// cluster, and waits until every member serves and all name one leader.
-func startRaftCluster(ctx context.Context, cfg *config, log *slog.Logger, kind serverKind) (*cluster, error) {
-	n := kind.members
-	ports, err := testenv.FreePorts(2 * n)
-	if err != nil {
-		return nil, err
-	}
-	var id [4]byte
-	if _, err := rand.Read(id[:]); err != nil {
-		return nil, fmt.Errorf("random cluster token: %w", err)
-	}
-	token := "kite-bench-" + kind.name + "-" + hex.EncodeToString(id[:])
-	c := &cluster{kind: kind}
-	members := make([]member, n)
-	peers := make([]string, n)
-	for i := range n {
-		name := fmt.Sprintf("%s-%d", kind.name, i)
-		p, err := newServerProc(cfg, log, name, ports[2*i])
-		if err != nil {
-			c.stop()
-			return nil, err
-		}
-		c.procs = append(c.procs, p)
-		peerURL := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2*i+1]))
-		members[i] = member{name: name, dataDir: p.DataDir(), clientURL: p.Endpoint, peerURL: peerURL, token: token}
-		peers[i] = name + "=" + peerURL
-	}
-	for i, p := range c.procs {
-		members[i].initialCluster = strings.Join(peers, ",")
-		p.Argv = kind.argv(members[i])
-	}
-	// Every member first, then the waits: no member serves before a
-	// quorum of them runs.
-	for _, p := range c.procs {
-		if err := p.start(); err != nil {
-			c.stop()
-			return nil, err
-		}
-	}
-	for _, p := range c.procs {
-		if err := p.WaitReady(ctx, cfg.StartupWait); err != nil {
-			c.stop()
-			return nil, err
-		}
-	}
+// waitRaftCluster waits until every member of c, all serving, names one
+// leader.
+func waitRaftCluster(ctx context.Context, cfg *config, log *slog.Logger, c *cluster) error {
 	mc, err := newMemberClients(c)
 	if err != nil {
-		c.stop()
-		return nil, err
+		return err
 	}
 	defer mc.close()
 	leader, _, err := mc.waitLeader(ctx, c.all(), 0, cfg.StartupWait)
 	if err != nil {
-		c.stop()
-		return nil, fmt.Errorf("%s cluster of %d: %w", kind.name, n, err)
+		return fmt.Errorf("%s cluster of %d: %w", c.Name, len(c.Servers), err)
 	}
-	log.Info("raft cluster serving", "cluster", kind.name, "members", n, "leader", c.procs[leader].Name)
-	return c, nil
+	log.Info("raft cluster serving", "cluster", c.Name, "members", len(c.Servers), "leader", c.Servers[leader].Name)
+	return nil
 }
 
 // all returns the index of every server of the cluster.
 func (c *cluster) all() []int {
-	idx := make([]int, len(c.procs))
+	idx := make([]int, len(c.Servers))
 	for i := range idx {
 		idx[i] = i
 	}
@@ -118,8 +65,8 @@ type memberClients struct {
 }
 
 func newMemberClients(c *cluster) (*memberClients, error) {
-	m := &memberClients{c: c, clis: make([]*clientv3.Client, len(c.procs))}
-	for i := range c.procs {
+	m := &memberClients{c: c, clis: make([]*clientv3.Client, len(c.Servers))}
+	for i := range c.Servers {
 		if err := m.reconnect(i); err != nil {
 			m.close()
 			return nil, err
@@ -136,9 +83,9 @@ func (m *memberClients) reconnect(i int) error {
 		m.clis[i].Close()
 		m.clis[i] = nil
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.c.procs[i].Endpoint}, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.c.Servers[i].Endpoint}, Logger: zap.NewNop()})
 	if err != nil {
-		return fmt.Errorf("client for %s: %w", m.c.procs[i].Name, err)
+		return fmt.Errorf("client for %s: %w", m.c.Servers[i].Name, err)
 	}
 	m.clis[i] = cli
 	return nil
@@ -161,7 +108,7 @@ func (m *memberClients) status(ctx context.Context, i int) (*pb.StatusResponse, 
 	defer cancel()
 	resp, err := pb.NewMaintenanceClient(m.clis[i].ActiveConnection()).Status(ctx, &pb.StatusRequest{})
 	if err != nil {
-		return nil, fmt.Errorf("status of %s: %w", m.c.procs[i].Name, err)
+		return nil, fmt.Errorf("status of %s: %w", m.c.Servers[i].Name, err)
 	}
 	return resp, nil
 }
@@ -186,9 +133,9 @@ func (m *memberClients) agreed(ctx context.Context, idx []int, not uint64) (uint
 	for k, r := range resps {
 		switch {
 		case r.Leader == 0:
-			return 0, -1, fmt.Errorf("%s knows no leader", m.c.procs[idx[k]].Name)
+			return 0, -1, fmt.Errorf("%s knows no leader", m.c.Servers[idx[k]].Name)
 		case r.Leader == not:
-			return 0, -1, fmt.Errorf("%s still names the killed member %x its leader", m.c.procs[idx[k]].Name, not)
+			return 0, -1, fmt.Errorf("%s still names the killed member %x its leader", m.c.Servers[idx[k]].Name, not)
 		case r.Leader != leader:
 			return 0, -1, fmt.Errorf("members name different leaders (%x, %x)", leader, r.Leader)
 		}

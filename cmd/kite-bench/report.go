@@ -4,13 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/kite-db/kite/internal/latency"
+	"github.com/kite-db/kite/internal/testenv"
 )
 
 // result is one workload measured on one target; it is also the schema of
@@ -78,20 +77,18 @@ func newResult(target string, s spec, ops int64, elapsed time.Duration, h *laten
 		Target:   target,
 		Clients:  s.clients,
 		Ops:      ops,
-		Seconds:  round3(elapsed.Seconds()),
-		P50ms:    round3(latency.Ms(h.Percentile(0.50))),
-		P90ms:    round3(latency.Ms(h.Percentile(0.90))),
-		P99ms:    round3(latency.Ms(h.Percentile(0.99))),
-		MaxMs:    round3(latency.Ms(h.Max())),
+		Seconds:  testenv.Round3(elapsed.Seconds()),
+		P50ms:    testenv.Round3(latency.Ms(h.Percentile(0.50))),
+		P90ms:    testenv.Round3(latency.Ms(h.Percentile(0.90))),
+		P99ms:    testenv.Round3(latency.Ms(h.Percentile(0.99))),
+		MaxMs:    testenv.Round3(latency.Ms(h.Max())),
 		Errors:   errs,
 	}
 	if elapsed > 0 {
-		r.OpsPerSec = round3(float64(ops) / elapsed.Seconds())
+		r.OpsPerSec = testenv.Round3(float64(ops) / elapsed.Seconds())
 	}
 	return r
 }
-
-func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
 
 // writeJSONLine writes r as one line of JSON.
 func writeJSONLine(w io.Writer, r result) error {
@@ -108,20 +105,20 @@ func writeJSONLine(w io.Writer, r result) error {
 // writeTable prints every result as a readable table, then the notes of
 // the rows that have one.
 func writeTable(w io.Writer, results []result) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "target\tworkload\tclients\tops\tseconds\tops/s\tp50 ms\tp90 ms\tp99 ms\tmax ms\terrors\tmissed\tdups\tRSS MiB\t")
+	tw := testenv.NewTable(w)
+	tw.Rowf("target\tworkload\tclients\tops\tseconds\tops/s\tp50 ms\tp90 ms\tp99 ms\tmax ms\terrors\tmissed\tdups\tRSS MiB")
 	var notes []string
 	for _, r := range results {
 		switch {
 		case r.NotServed:
-			fmt.Fprintf(tw, "%s\t%s\t%d\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", r.Target, r.Workload, r.Clients)
+			tw.Rowf("%s\t%s\t%d\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-", r.Target, r.Workload, r.Clients)
 		case memoryOnly(r):
-			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\t\n", r.Target, r.Workload, mib(r.RSSBytes))
+			tw.Rowf("%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s", r.Target, r.Workload, testenv.MiB(r.RSSBytes))
 		default:
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t\n",
+			tw.Rowf("%s\t%s\t%d\t%d\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s",
 				r.Target, r.Workload, r.Clients, r.Ops, r.Seconds, r.OpsPerSec,
 				msCell(r, r.P50ms), msCell(r, r.P90ms), msCell(r, r.P99ms), msCell(r, r.MaxMs),
-				r.Errors, r.Missed, r.Duplicates, mib(r.RSSBytes))
+				r.Errors, r.Missed, r.Duplicates, testenv.MiB(r.RSSBytes))
 		}
 		switch {
 		case r.Note != "":
@@ -153,27 +150,27 @@ func writeRatios(w io.Writer, results []result, num, den string) error {
 		}
 		byKey[[2]string{r.Target, r.Workload}] = r
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "workload\t%[1]s ops/s\t%[2]s ops/s\tthroughput %[2]s/%[1]s\t%[1]s p50 ms\t%[2]s p50 ms\tp50 %[2]s/%[1]s\t%[1]s p99 ms\t%[2]s p99 ms\tp99 %[2]s/%[1]s\t%[1]s RSS MiB\t%[2]s RSS MiB\tRSS %[2]s/%[1]s\t%[1]s errors/missed/dups\t%[2]s errors/missed/dups\t\n", den, num)
+	tw := testenv.NewTable(w)
+	tw.Rowf("workload\t%[1]s ops/s\t%[2]s ops/s\tthroughput %[2]s/%[1]s\t%[1]s p50 ms\t%[2]s p50 ms\tp50 %[2]s/%[1]s\t%[1]s p99 ms\t%[2]s p99 ms\tp99 %[2]s/%[1]s\t%[1]s RSS MiB\t%[2]s RSS MiB\tRSS %[2]s/%[1]s\t%[1]s errors/missed/dups\t%[2]s errors/missed/dups", den, num)
 	var notes []string
 	for _, wl := range order {
 		d, n := byKey[[2]string{den, wl}], byKey[[2]string{num, wl}]
 		if memoryOnly(d) {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\t%s\t%s\t-\t-\t\n",
-				wl, mib(d.RSSBytes), mib(n.RSSBytes), ratio(float64(n.RSSBytes), float64(d.RSSBytes)))
+			tw.Rowf("%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\t%s\t%s\t-\t-",
+				wl, testenv.MiB(d.RSSBytes), testenv.MiB(n.RSSBytes), testenv.Ratio(float64(n.RSSBytes), float64(d.RSSBytes)))
 			continue
 		}
 		if d.NotServed {
-			fmt.Fprintf(tw, "%s\t-\t%.0f\t-\t-\t%s\t-\t-\t%s\t-\t-\t%s\t-\t-\t%d/%d/%d\t\n",
-				wl, n.OpsPerSec, msCell(n, n.P50ms), msCell(n, n.P99ms), mib(n.RSSBytes), n.Errors, n.Missed, n.Duplicates)
+			tw.Rowf("%s\t-\t%.0f\t-\t-\t%s\t-\t-\t%s\t-\t-\t%s\t-\t-\t%d/%d/%d",
+				wl, n.OpsPerSec, msCell(n, n.P50ms), msCell(n, n.P99ms), testenv.MiB(n.RSSBytes), n.Errors, n.Missed, n.Duplicates)
 			notes = append(notes, fmt.Sprintf("%s: %s", wl, d.Note))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d/%d\t%d/%d/%d\t\n",
-			wl, d.OpsPerSec, n.OpsPerSec, ratio(n.OpsPerSec, d.OpsPerSec),
-			msCell(d, d.P50ms), msCell(n, n.P50ms), ratio(n.P50ms, d.P50ms),
-			msCell(d, d.P99ms), msCell(n, n.P99ms), ratio(n.P99ms, d.P99ms),
-			mib(d.RSSBytes), mib(n.RSSBytes), ratio(float64(n.RSSBytes), float64(d.RSSBytes)),
+		tw.Rowf("%s\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d/%d\t%d/%d/%d",
+			wl, d.OpsPerSec, n.OpsPerSec, testenv.Ratio(n.OpsPerSec, d.OpsPerSec),
+			msCell(d, d.P50ms), msCell(n, n.P50ms), testenv.Ratio(n.P50ms, d.P50ms),
+			msCell(d, d.P99ms), msCell(n, n.P99ms), testenv.Ratio(n.P99ms, d.P99ms),
+			testenv.MiB(d.RSSBytes), testenv.MiB(n.RSSBytes), testenv.Ratio(float64(n.RSSBytes), float64(d.RSSBytes)),
 			d.Errors, d.Missed, d.Duplicates, n.Errors, n.Missed, n.Duplicates)
 	}
 	if err := tw.Flush(); err != nil {
@@ -202,25 +199,6 @@ func msCell(r result, v float64) string {
 	return strconv.FormatFloat(v, 'f', 3, 64)
 }
 
-func ratio(a, b float64) string {
-	if a == 0 || b == 0 {
-		return "-"
-	}
-	if r := a / b; r < 0.1 {
-		// Two significant digits: kite at 0.6 ms against kine's 1 s poll
-		// is 0.0006x, not 0.00x.
-		return strconv.FormatFloat(r, 'g', 2, 64) + "x"
-	}
-	return strconv.FormatFloat(a/b, 'f', 2, 64) + "x"
-}
-
-func mib(b int64) string {
-	if b == 0 {
-		return "-"
-	}
-	return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64)
-}
-
 // hasNodeRSS reports whether any result has per-server memory.
 func hasNodeRSS(results []result) bool {
 	for _, r := range results {
@@ -245,13 +223,13 @@ func writeNodeRSS(w io.Writer, results []result, num, den string) error {
 		byKey[[2]string{r.Target, r.Workload}] = r
 	}
 	fmt.Fprintln(w, "resident memory per server, MiB (in the order "+den+"-0, "+den+"-1, ...)")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "workload\t%[1]s per server\t%[1]s max\t%[2]s per server\t%[2]s max\tmax %[2]s/%[1]s\t\n", den, num)
+	tw := testenv.NewTable(w)
+	tw.Rowf("workload\t%[1]s per server\t%[1]s max\t%[2]s per server\t%[2]s max\tmax %[2]s/%[1]s", den, num)
 	for _, wl := range order {
 		d, n := byKey[[2]string{den, wl}], byKey[[2]string{num, wl}]
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", wl,
-			nodeList(d), mib(maxRSS(d)), nodeList(n), mib(maxRSS(n)),
-			ratio(float64(maxRSS(n)), float64(maxRSS(d))))
+		tw.Rowf("%s\t%s\t%s\t%s\t%s\t%s", wl,
+			nodeList(d), testenv.MiB(maxRSS(d)), nodeList(n), testenv.MiB(maxRSS(n)),
+			testenv.Ratio(float64(maxRSS(n)), float64(maxRSS(d))))
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write memory per server: %w", err)
@@ -270,11 +248,11 @@ func maxRSS(r result) int64 {
 // nodeList is "41.2 / 40.9 / 43.0", or the one server's memory.
 func nodeList(r result) string {
 	if len(r.RSSNodesBytes) == 0 {
-		return mib(r.RSSBytes)
+		return testenv.MiB(r.RSSBytes)
 	}
 	parts := make([]string, len(r.RSSNodesBytes))
 	for i, b := range r.RSSNodesBytes {
-		parts[i] = mib(b)
+		parts[i] = testenv.MiB(b)
 	}
 	return strings.Join(parts, " / ")
 }

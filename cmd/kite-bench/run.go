@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kite-db/kite/internal/latency"
+	"github.com/kite-db/kite/internal/testenv"
 )
 
 // target is one server under load, or several sharing one store, and the
@@ -112,13 +113,13 @@ func runCompare(ctx context.Context, cfg *config, log *slog.Logger, runID string
 		return err
 	}
 	kinds := []serverKind{etcdK, kiteK}
-	var db dbAdmin
+	var db testenv.Databases
 	if onDatabaseServer(cfg) {
-		if db, err = newDBAdmin(ctx, cfg, log); err != nil {
+		if db, err = newDatabases(ctx, cfg, log); err != nil {
 			return err
 		}
 		// Registered before any server starts, so it runs after they stop.
-		defer func() { err = errors.Join(err, db.dropAll()) }()
+		defer func() { err = errors.Join(err, db.DropAll()) }()
 		if cfg.kineBinary != "" {
 			kine, err := resolveKine(ctx, cfg, log)
 			if err != nil {
@@ -145,7 +146,7 @@ func runCompare(ctx context.Context, cfg *config, log *slog.Logger, runID string
 	defer func() {
 		for _, t := range targets {
 			t.close()
-			t.cl.stop()
+			t.cl.Stop()
 		}
 	}()
 	for _, k := range kinds {
@@ -153,9 +154,9 @@ func runCompare(ctx context.Context, cfg *config, log *slog.Logger, runID string
 		if err != nil {
 			return errors.Join(append(errs, err)...)
 		}
-		t, err := connect(cfg, k.name, c.endpoints(), c)
+		t, err := connect(cfg, k.name, c.Endpoints(), c)
 		if err != nil {
-			c.stop()
+			c.Stop()
 			return errors.Join(append(errs, err)...)
 		}
 		targets = append(targets, t)
@@ -224,15 +225,15 @@ func runWorkloads(ctx context.Context, cfg *config, log *slog.Logger, runID stri
 			def := defs[s.name]
 			var rs []result
 			var err error
-			if t.cl != nil && t.cl.exited() != nil {
+			if t.cl != nil && t.cl.Exited() != nil {
 				// A server that died (a crash under the previous workload)
 				// would make every request to it wait for its timeout. A
 				// partial reference is started again (kine crashes under
 				// concurrent plain puts of one key); kite is not.
 				if t.partial {
-					err = t.cl.restartExited(ctx, cfg)
+					err = t.cl.RestartExited(ctx, cfg.StartupWait)
 				} else {
-					err = t.cl.exited()
+					err = t.cl.Exited()
 				}
 			}
 			// Loads are outside the measured interval and the profile.
@@ -240,7 +241,7 @@ func runWorkloads(ctx context.Context, cfg *config, log *slog.Logger, runID stri
 				var load result
 				if load, err = e.loadData(ctx); err == nil {
 					if t.cl != nil {
-						if nodes, err := t.cl.rssNodes(); err == nil {
+						if nodes, err := t.cl.RSS(); err == nil {
 							load.setRSS(nodes)
 						}
 					}
@@ -260,7 +261,7 @@ func runWorkloads(ctx context.Context, cfg *config, log *slog.Logger, runID stri
 				rs, err = def.run(ctx, e, s)
 				stopProfile()
 				if err == nil && t.cl != nil && len(rs) > 0 {
-					rs[0].cost = costBetween(before, sampleCost(ctx, t, log), t.cl.names(), rs[0].Ops)
+					rs[0].cost = costBetween(before, sampleCost(ctx, t, log), t.cl.Names(), rs[0].Ops)
 				}
 			}
 			var r result // the workload's own row; rs[1:] measured beside it
@@ -279,7 +280,7 @@ func runWorkloads(ctx context.Context, cfg *config, log *slog.Logger, runID stri
 				continue
 			}
 			if t.cl != nil {
-				if err := t.cl.exited(); err != nil {
+				if err := t.cl.Exited(); err != nil {
 					if t.partial {
 						// A reference that crashed is a finding about it, not a failed run.
 						for i := range rs {
@@ -288,7 +289,7 @@ func runWorkloads(ctx context.Context, cfg *config, log *slog.Logger, runID stri
 					} else {
 						errs = append(errs, fmt.Errorf("%s during %s: %w", t.name, s.label, err))
 					}
-				} else if nodes, err := t.cl.rssNodes(); err == nil {
+				} else if nodes, err := t.cl.RSS(); err == nil {
 					for i := range rs {
 						rs[i].setRSS(nodes)
 					}
@@ -323,13 +324,13 @@ func unsupportedResult(name string, s spec, r result, err error) result {
 
 // measureMemory starts a fresh server of kind, preloads --memory-keys keys
 // of --val-size bytes, and reports its resident memory.
-func measureMemory(ctx context.Context, cfg *config, log *slog.Logger, runID string, kind serverKind, db dbAdmin) (result, error) {
+func measureMemory(ctx context.Context, cfg *config, log *slog.Logger, runID string, kind serverKind, db testenv.Databases) (result, error) {
 	p, err := startCluster(ctx, cfg, log, kind, db)
 	if err != nil {
 		return result{}, err
 	}
-	defer p.stop()
-	t, err := connect(cfg, kind.name, p.endpoints(), p)
+	defer p.Stop()
+	t, err := connect(cfg, kind.name, p.Endpoints(), p)
 	if err != nil {
 		return result{}, err
 	}
@@ -348,13 +349,13 @@ func measureMemory(ctx context.Context, cfg *config, log *slog.Logger, runID str
 	case <-ctx.Done():
 		return result{}, ctx.Err()
 	}
-	nodes, err := p.rssNodes()
+	nodes, err := p.RSS()
 	if err != nil {
 		return result{}, err
 	}
 	r := newResult(kind.name, spec{label: label, clients: 32}, int64(cfg.memoryKeys), took, &latency.Histogram{}, 0)
 	r.setRSS(nodes)
-	log.Info("measured memory", "server", kind.name, "keys", cfg.memoryKeys, "rss_mib", mib(r.RSSBytes), "max_rss_mib", mib(r.RSSMaxBytes))
+	log.Info("measured memory", "server", kind.name, "keys", cfg.memoryKeys, "rss_mib", testenv.MiB(r.RSSBytes), "max_rss_mib", testenv.MiB(r.RSSMaxBytes))
 	return r, nil
 }
 
@@ -371,10 +372,10 @@ const peakRSSLabel = "peak-rss"
 // (failover, a crashed kine) counts only since its last start, and the
 // row's note says so.
 func peakMemory(t *target) (result, error) {
-	if err := t.cl.exited(); err != nil {
+	if err := t.cl.Exited(); err != nil {
 		return result{}, err
 	}
-	nodes, err := t.cl.peakRSSNodes()
+	nodes, err := t.cl.PeakRSS()
 	if err != nil {
 		return result{}, err
 	}
@@ -383,7 +384,7 @@ func peakMemory(t *target) (result, error) {
 	if len(nodes) > 1 {
 		r.RSSBytes = r.RSSMaxBytes
 	}
-	if restarted := t.cl.restarted(); len(restarted) > 0 {
+	if restarted := t.cl.Restarted(); len(restarted) > 0 {
 		r.Note = "peak since the last start of " + strings.Join(restarted, ", ") + ", started again during the run"
 	}
 	return r, nil

@@ -176,8 +176,8 @@ func Test_SmokeCompareDatabase(t *testing.T) {
 		// databases lists the databases named kite_bench_*.
 		databases func(ctx context.Context, admin string) (map[string]bool, error)
 	}{
-		{datastorePostgres, "--postgres-admin", "KITE_TEST_POSTGRES", defaultPostgresAdmin, pgBenchDatabases},
-		{datastoreMySQL, "--mysql-admin", "KITE_TEST_MYSQL", defaultMySQLAdmin, myBenchDatabases},
+		{datastorePostgres, "--postgres-admin", "KITE_TEST_POSTGRES", testenv.DefaultPostgresAdmin, pgBenchDatabases},
+		{datastoreMySQL, "--mysql-admin", "KITE_TEST_MYSQL", testenv.DefaultMySQLAdmin, myBenchDatabases},
 	} {
 		t.Run(mode.datastore, func(t *testing.T) {
 			admin := os.Getenv(mode.envVar)
@@ -354,12 +354,7 @@ func pgBenchDatabases(ctx context.Context, admin string) (map[string]bool, error
 // myBenchDatabases returns the names of the databases kite-bench makes on
 // a MySQL or MariaDB.
 func myBenchDatabases(ctx context.Context, admin string) (map[string]bool, error) {
-	cfg, err := parseMySQLAdmin(admin)
-	if err != nil {
-		return nil, err
-	}
-	a := &myAdmin{cfg: cfg, dsn: admin}
-	db, err := a.connect(ctx)
+	db, err := testenv.OpenMySQLAdmin(ctx, admin)
 	if err != nil {
 		return nil, err
 	}

@@ -6,21 +6,6 @@ import (
 	"time"
 )
 
-func Test_CheckLoopback(t *testing.T) {
-	for ep, ok := range map[string]bool{
-		"http://127.0.0.1:2379": true,
-		"http://localhost:2379": true,
-		"http://[::1]:2379":     true,
-		"127.0.0.2:2379":        true,
-		"http://10.0.0.1:2379":  false,
-		"https://example.com":   false,
-	} {
-		if err := checkLoopback(ep); (err == nil) != ok {
-			t.Errorf("checkLoopback(%q) = %v, want ok=%v", ep, err, ok)
-		}
-	}
-}
-
 // deadlinePassed is a context whose deadline has passed while its Err is
 // still nil, the moment between a context's deadline and its timer firing.
 type deadlinePassed struct{ context.Context }

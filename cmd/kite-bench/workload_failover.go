@@ -9,12 +9,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"text/tabwriter"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kite-db/kite/internal/latency"
+	"github.com/kite-db/kite/internal/testenv"
 )
 
 // The failover workload (raftsql mode, --members 3 or more): the leader of
@@ -87,9 +87,9 @@ func runFailover(ctx context.Context, e *env, s spec) (result, error) {
 		e.log.Info("failover", "target", e.t.name, "round", round+1, "killed", fr.killed,
 			"write", fr.write.Round(time.Millisecond), "leader", fr.leader.Round(time.Millisecond), "rejoin", fr.rejoin.Round(time.Millisecond))
 		stats.Killed = append(stats.Killed, fr.killed)
-		stats.WriteMs = append(stats.WriteMs, round3(latency.Ms(fr.write)))
-		stats.LeaderMs = append(stats.LeaderMs, round3(latency.Ms(fr.leader)))
-		stats.RejoinMs = append(stats.RejoinMs, round3(latency.Ms(fr.rejoin)))
+		stats.WriteMs = append(stats.WriteMs, testenv.Round3(latency.Ms(fr.write)))
+		stats.LeaderMs = append(stats.LeaderMs, testenv.Round3(latency.Ms(fr.leader)))
+		stats.RejoinMs = append(stats.RejoinMs, testenv.Round3(latency.Ms(fr.rejoin)))
 		hist.Record(fr.write)
 	}
 	elapsed := time.Since(begin)
@@ -114,7 +114,7 @@ func runFailoverRound(ctx context.Context, e *env, mc *memberClients, s spec, ro
 	if err != nil {
 		return failoverRound{}, err
 	}
-	victim := c.procs[leader]
+	victim := c.Servers[leader]
 	var survivors []int
 	for _, i := range c.all() {
 		if i != leader {
@@ -144,7 +144,7 @@ func runFailoverRound(ctx context.Context, e *env, mc *memberClients, s spec, ro
 	// Started, not launched: launch's readiness poll waits out gRPC's
 	// reconnect backoff (a second) and would hide the member's own time.
 	restartAt := time.Now()
-	if err := victim.start(); err != nil {
+	if err := victim.Start(); err != nil {
 		return fr, fmt.Errorf("restart %s: %w", victim.Name, err)
 	}
 	if err := mc.reconnect(leader); err != nil {
@@ -212,10 +212,10 @@ func caughtUp(ctx context.Context, mc *memberClients, restarted, leader int, key
 	defer cancel()
 	put, err := mc.clis[leader].Put(ctx, key, "x")
 	if err != nil {
-		return fmt.Errorf("write through the new leader %s: %w", mc.c.procs[leader].Name, err)
+		return fmt.Errorf("write through the new leader %s: %w", mc.c.Servers[leader].Name, err)
 	}
 	want := put.Header.Revision
-	p := mc.c.procs[restarted]
+	p := mc.c.Servers[restarted]
 	for {
 		select {
 		case <-p.Exited():
@@ -256,7 +256,7 @@ func reconnectTarget(ctx context.Context, t *target) error {
 	for i, c := range t.conns {
 		c.ActiveConnection().ResetConnectBackoff()
 		if _, err := c.Get(ctx, "/kite-bench/reconnect", clientv3.WithSerializable()); err != nil {
-			return fmt.Errorf("connection %d to %s after the failovers: %w", i, t.cl.procs[t.server[i]].Name, err)
+			return fmt.Errorf("connection %d to %s after the failovers: %w", i, t.cl.Servers[t.server[i]].Name, err)
 		}
 	}
 	return nil
@@ -282,24 +282,24 @@ func writeFailover(w io.Writer, results []result, num, den string) error {
 		byKey[[2]string{r.Target, r.Workload}] = r
 	}
 	fmt.Fprintln(w, "failover: from kill -9 of the leader (write: a put through a survivor acknowledged; leader: the survivors agree on a new one), and from the killed member's restart to its serving, caught up (rejoin); ms")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\ttarget\trounds\twrite median\twrite max\tleader median\tleader max\trejoin median\trejoin max\tkilled\t")
+	tw := testenv.NewTable(w)
+	tw.Rowf("workload\ttarget\trounds\twrite median\twrite max\tleader median\tleader max\trejoin median\trejoin max\tkilled")
 	for _, wl := range order {
 		d, dok := byKey[[2]string{den, wl}]
 		n, nok := byKey[[2]string{num, wl}]
 		for _, r := range []result{d, n} {
 			if f := r.Failover; f != nil {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t\n", wl, r.Target, len(f.WriteMs),
+				tw.Rowf("%s\t%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s", wl, r.Target, len(f.WriteMs),
 					median(f.WriteMs), slices.Max(f.WriteMs), median(f.LeaderMs), slices.Max(f.LeaderMs),
 					median(f.RejoinMs), slices.Max(f.RejoinMs), strings.Join(f.Killed, ","))
 			}
 		}
 		if dok && nok {
 			df, nf := d.Failover, n.Failover
-			fmt.Fprintf(tw, "%s\t%s/%s\t\t%s\t%s\t%s\t%s\t%s\t%s\t\t\n", wl, num, den,
-				ratio(median(nf.WriteMs), median(df.WriteMs)), ratio(slices.Max(nf.WriteMs), slices.Max(df.WriteMs)),
-				ratio(median(nf.LeaderMs), median(df.LeaderMs)), ratio(slices.Max(nf.LeaderMs), slices.Max(df.LeaderMs)),
-				ratio(median(nf.RejoinMs), median(df.RejoinMs)), ratio(slices.Max(nf.RejoinMs), slices.Max(df.RejoinMs)))
+			tw.Rowf("%s\t%s/%s\t\t%s\t%s\t%s\t%s\t%s\t%s\t", wl, num, den,
+				testenv.Ratio(median(nf.WriteMs), median(df.WriteMs)), testenv.Ratio(slices.Max(nf.WriteMs), slices.Max(df.WriteMs)),
+				testenv.Ratio(median(nf.LeaderMs), median(df.LeaderMs)), testenv.Ratio(slices.Max(nf.LeaderMs), slices.Max(df.LeaderMs)),
+				testenv.Ratio(median(nf.RejoinMs), median(df.RejoinMs)), testenv.Ratio(slices.Max(nf.RejoinMs), slices.Max(df.RejoinMs)))
 		}
 	}
 	if err := tw.Flush(); err != nil {

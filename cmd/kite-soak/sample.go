@@ -133,7 +133,7 @@ func takeSample(s *soakServer, start, now time.Time, final bool, log *slog.Logge
 	if sm.DBBytes, sm.WALBytes, err = dataSizes(p.DataDir()); err != nil {
 		log.Warn("sizes of the data files", "server", s.name, "error", err)
 	}
-	if rss, err := testenv.StatusBytes(p.Process().Pid(), testenv.StatusRSS); err == nil {
+	if rss, err := p.RSS(); err == nil {
 		sm.RSSBytes = rss
 	}
 	if st.writes > 0 {
@@ -145,13 +145,13 @@ func takeSample(s *soakServer, start, now time.Time, final bool, log *slog.Logge
 	if st.compactions > 0 {
 		sm.CompactPauseMs, sm.CompactMs = msPtr(st.pause), msPtr(st.took)
 	}
-	log.Info("soak sample", "server", s.name, "t_min", round3(sm.Minutes), "db_mib", mib(sm.DBBytes), "wal_mib", mib(sm.WALBytes),
-		"write_p99_ms", round3(latency.Ms(st.writeP99)), "writes", sm.Writes, "missed", sm.Missed, "errors", sm.Errors, "rss_mib", mib(sm.RSSBytes))
+	log.Info("soak sample", "server", s.name, "t_min", testenv.Round3(sm.Minutes), "db_mib", testenv.MiB(sm.DBBytes), "wal_mib", testenv.MiB(sm.WALBytes),
+		"write_p99_ms", testenv.Round3(latency.Ms(st.writeP99)), "writes", sm.Writes, "missed", sm.Missed, "errors", sm.Errors, "rss_mib", testenv.MiB(sm.RSSBytes))
 	return sm
 }
 
 func msPtr(d time.Duration) *float64 {
-	v := round3(latency.Ms(d))
+	v := testenv.Round3(latency.Ms(d))
 	return &v
 }
 
@@ -269,15 +269,4 @@ func seriesMax(samples []soakSample, value func(*soakSample) (float64, bool)) fl
 		}
 	}
 	return m
-}
-
-// round3 rounds to three decimals, for the summary and the log.
-func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
-
-// mib formats a byte count in MiB ("-" for none).
-func mib(b int64) string {
-	if b == 0 {
-		return "-"
-	}
-	return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -17,48 +16,39 @@ import (
 // watch streams, the others the drivers.
 const soakConns = 4
 
-// soakArgv is the command line of the named server on a data dir and
-// client URL: the reference etcd (this binary's etcd-server), or kite
-// with the flags kite-bench gives it. --kite-binary etcd stands a second
-// reference etcd in for kite, which proves the soak on etcd-vs-etcd.
-func soakArgv(name string, cfg *soakConfig) (func(dataDir, clientURL string) []string, error) {
+// soakArgv is the command line of the named server: the reference etcd
+// (this binary's etcd-server), or kite with the flags kite-bench gives it
+// (testenv.KiteArgv). --kite-binary etcd stands a second reference etcd
+// in for kite, which proves the soak on etcd-vs-etcd.
+func soakArgv(name string, cfg *soakConfig) (func(testenv.Member) []string, error) {
 	if name == soakEtcd || cfg.KiteBinary == "etcd" {
-		self, err := os.Executable()
+		self, err := testenv.EtcdServerBinary()
 		if err != nil {
-			return nil, fmt.Errorf("find own executable for the reference etcd: %w", err)
+			return nil, err
 		}
-		return func(dataDir, clientURL string) []string {
-			return []string{self, testenv.EtcdServerCommand, "--name", name, "--data-dir", dataDir, "--listen", clientURL}
-		}, nil
+		return func(m testenv.Member) []string { return testenv.EtcdArgv(self, m) }, nil
 	}
 	path, err := testenv.FindKite(cfg.KiteBinary)
 	if err != nil {
 		return nil, err
 	}
-	return func(dataDir, clientURL string) []string {
-		return []string{path, "--name", "kite-soak", "--data-dir", dataDir,
-			"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL, "--log-level", "warn"}
+	return func(m testenv.Member) []string {
+		m.Name = "kite-soak"
+		return testenv.KiteArgv(path, m)
 	}, nil
 }
 
 // startSoakProc starts the named server (the reference etcd, or kite on
 // SQLite) on a fresh temporary data dir and a free loopback port, and
 // waits until it answers.
-func startSoakProc(ctx context.Context, cfg *soakConfig, log *slog.Logger, name string, argv func(dataDir, clientURL string) []string) (*testenv.ToolServer, error) {
-	port, err := testenv.FreePort()
+func startSoakProc(ctx context.Context, cfg *soakConfig, log *slog.Logger, name string, argv func(testenv.Member) []string) (*testenv.ToolServer, error) {
+	c, err := testenv.StartCluster(ctx, log, testenv.ClusterSpec{
+		Name: name, Argv: argv, WorkDir: cfg.WorkDir, DirPrefix: "kite-soak-", StartupWait: cfg.StartupWait,
+	})
 	if err != nil {
 		return nil, err
 	}
-	p, err := testenv.NewToolServer(log, cfg.WorkDir, "kite-soak-", name, port)
-	if err != nil {
-		return nil, err
-	}
-	p.Argv = argv(p.DataDir(), p.Endpoint)
-	if err := p.Launch(ctx, cfg.StartupWait); err != nil {
-		p.Stop()
-		return nil, err
-	}
-	return p, nil
+	return c.Servers[0], nil
 }
 
 // target is a server's connections, each its own gRPC channel.

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/kite-db/kite/internal/latency"
@@ -96,7 +95,7 @@ func summarize(cfg *soakConfig, s *soakServer, all []soakSample, end time.Time) 
 		sum.RSSPeakBytes = max(sum.RSSPeakBytes, sm.RSSBytes)
 	}
 	// The kernel's high-water mark also counts peaks between samples.
-	if peak, err := testenv.StatusBytes(s.proc.Process().Pid(), testenv.StatusPeakRSS); err == nil {
+	if peak, err := s.proc.PeakRSS(); err == nil {
 		sum.RSSPeakBytes = max(sum.RSSPeakBytes, peak)
 	}
 	if n := len(samples); n > 0 {
@@ -106,8 +105,8 @@ func summarize(cfg *soakConfig, s *soakServer, all []soakSample, end time.Time) 
 	sum.ListP99MaxMs = zeroNaN(seriesMax(samples, func(s *soakSample) (float64, bool) { return deref(s.ListP99ms) }))
 	sum.WriteP99MaxMs = zeroNaN(seriesMax(samples, func(s *soakSample) (float64, bool) { return deref(s.WriteP99ms) }))
 	compactions, pause, outside, errs, firstErr := s.stats.totals()
-	sum.Compactions, sum.CompactionPauseMaxMs = compactions, round3(latency.Ms(pause))
-	sum.WriteMaxOutsideMs = round3(latency.Ms(outside))
+	sum.Compactions, sum.CompactionPauseMaxMs = compactions, testenv.Round3(latency.Ms(pause))
+	sum.WriteMaxOutsideMs = testenv.Round3(latency.Ms(outside))
 	sum.PauseWithinTarget = pause <= compactPauseTarget
 	sum.Errors, sum.FirstError = errs, firstErr
 
@@ -117,7 +116,7 @@ func summarize(cfg *soakConfig, s *soakServer, all []soakSample, end time.Time) 
 	sum.DBGrowth = checkGrowth(samples, func(s *soakSample) int64 { return s.DBBytes }, runMinutes, cfg.growthFactor, cfg.growthSlack)
 	sum.WALGrowth = checkGrowth(samples, func(s *soakSample) int64 { return s.WALBytes }, runMinutes, cfg.growthFactor, cfg.growthSlack+walGrowthSlack)
 
-	sum.Minutes = round3(sum.Minutes)
+	sum.Minutes = testenv.Round3(sum.Minutes)
 
 	w := sum.Watch
 	for _, f := range []struct {
@@ -145,7 +144,7 @@ func summarize(cfg *soakConfig, s *soakServer, all []soakSample, end time.Time) 
 
 func (g growthCheck) String() string {
 	return fmt.Sprintf("%s MiB at the end of the first third, up to %s MiB in the last third (limit %s MiB)",
-		mib(g.FirstThirdBytes), mib(g.LastThirdMaxBytes), mib(g.LimitBytes))
+		testenv.MiB(g.FirstThirdBytes), testenv.MiB(g.LastThirdMaxBytes), testenv.MiB(g.LimitBytes))
 }
 
 func deref(v *float64) (float64, bool) {
@@ -175,18 +174,18 @@ func writeSummaryJSON(dir string, sums []soakSummary) error {
 
 // writeSoakTable prints the summary table, then each server's verdict.
 func writeSoakTable(w io.Writer, cfg *soakConfig, sums []soakSummary) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "server\tminutes\tdb final MiB\tdb max MiB\tWAL max MiB\tlist p99 max ms\twrite p99 max ms\tcompactions\tcompaction pause max ms\treceived\tmissed/dups/disordered\texpired events\terrors\tpeak RSS MiB\tverdict\t")
+	tw := testenv.NewTable(w)
+	tw.Rowf("server\tminutes\tdb final MiB\tdb max MiB\tWAL max MiB\tlist p99 max ms\twrite p99 max ms\tcompactions\tcompaction pause max ms\treceived\tmissed/dups/disordered\texpired events\terrors\tpeak RSS MiB\tverdict")
 	for _, s := range sums {
 		verdict := "PASS"
 		if !s.Pass {
 			verdict = "FAIL"
 		}
-		fmt.Fprintf(tw, "%s\t%.1f\t%s\t%s\t%s\t%.1f\t%.1f\t%d\t%.1f\t%d\t%d/%d/%d\t%d\t%d\t%s\t%s\t\n",
-			s.Server, s.Minutes, mib(s.DBFinalBytes), mib(s.DBMaxBytes), mib(s.WALMaxBytes),
+		tw.Rowf("%s\t%.1f\t%s\t%s\t%s\t%.1f\t%.1f\t%d\t%.1f\t%d\t%d/%d/%d\t%d\t%d\t%s\t%s",
+			s.Server, s.Minutes, testenv.MiB(s.DBFinalBytes), testenv.MiB(s.DBMaxBytes), testenv.MiB(s.WALMaxBytes),
 			s.ListP99MaxMs, s.WriteP99MaxMs, s.Compactions, s.CompactionPauseMaxMs,
 			s.Watch.Received, s.Watch.Missed, s.Watch.Duplicates, s.Watch.OutOfOrder+s.Watch.Mismatched,
-			s.Watch.Expired, s.Errors, mib(s.RSSPeakBytes), verdict)
+			s.Watch.Expired, s.Errors, testenv.MiB(s.RSSPeakBytes), verdict)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write summary: %w", err)
@@ -200,7 +199,7 @@ func writeSoakTable(w io.Writer, cfg *soakConfig, sums []soakSummary) error {
 		fmt.Fprintf(&b, "%s: longest write during a compaction %.1f ms, %s the %s target (reported, not a failure); longest write outside compactions %.1f ms\n",
 			s.Server, s.CompactionPauseMaxMs, within, compactPauseTarget, s.WriteMaxOutsideMs)
 		fmt.Fprintf(&b, "%s: db %s; WAL %s; growth allowed: %.2f× + %s MiB (WAL + %d MiB)\n",
-			s.Server, s.DBGrowth, s.WALGrowth, cfg.growthFactor, mib(cfg.growthSlack), walGrowthSlack>>20)
+			s.Server, s.DBGrowth, s.WALGrowth, cfg.growthFactor, testenv.MiB(cfg.growthSlack), walGrowthSlack>>20)
 		if s.Pass {
 			fmt.Fprintf(&b, "%s: PASS\n", s.Server)
 		} else {

@@ -168,3 +168,24 @@ func goRun(ctx context.Context, goCmd, dir string, env []string, args ...string)
 	cmd.Env = append(os.Environ(), append([]string{"GOWORK=off"}, env...)...)
 	return cmd.CombinedOutput()
 }
+
+// FindKine resolves a load tool's kine: binary as given (a path or a name
+// in $PATH), or when it is "" the build of KineVersion in cacheDir ("":
+// DefaultKineDir), made first if it is not there. The path returned is
+// absolute, so it stays valid in a child's working directory.
+func FindKine(ctx context.Context, log *slog.Logger, binary, cacheDir string) (string, error) {
+	if binary != "" {
+		p, err := exec.LookPath(binary)
+		if err != nil {
+			return "", fmt.Errorf("--kine-binary %s: %w", binary, err)
+		}
+		return filepath.Abs(p)
+	}
+	if cacheDir == "" {
+		var err error
+		if cacheDir, err = DefaultKineDir(); err != nil {
+			return "", err
+		}
+	}
+	return BuildKine(ctx, log, cacheDir)
+}

@@ -2,13 +2,16 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,6 +35,15 @@ type ToolServer struct {
 
 	log  *slog.Logger
 	proc *Process // nil until started
+	// starts counts Start's successes: after a restart the kernel's peak
+	// memory (VmHWM) covers only the time since.
+	starts int
+	// exitLogged: the end of the log of an unexpected exit was logged
+	// (ExitLogged), so Halt need not log it again.
+	exitLogged bool
+	// rssSeen is the largest VmRSS read since the last start (sample.go);
+	// atomic, as a tool may sample from a goroutine of its own.
+	rssSeen atomic.Int64
 }
 
 // NewToolServer makes the temporary directory (under workDir, "" for the
@@ -69,6 +81,9 @@ func (s *ToolServer) Start() error {
 		return fmt.Errorf("start %s: %w", s.Name, err)
 	}
 	s.proc = proc
+	s.starts++
+	s.exitLogged = false
+	s.rssSeen.Store(0)
 	s.log.Info("started server", "server", s.Name, "pid", proc.Pid(), "endpoint", s.Endpoint, "dir", s.Dir)
 	return nil
 }
@@ -89,6 +104,9 @@ func (s *ToolServer) Launch(ctx context.Context, timeout time.Duration) error {
 	}
 	return s.WaitReady(ctx, timeout)
 }
+
+// Starts is how many times the server was started.
+func (s *ToolServer) Starts() int { return s.starts }
 
 // Process is the running (or last) process, nil before the first Start.
 func (s *ToolServer) Process() *Process { return s.proc }
@@ -124,6 +142,18 @@ func (s *ToolServer) ExitErr() error {
 	return fmt.Errorf("%s exited (%v): %s", s.Name, s.Err(), ExitReason(s.LogTail()))
 }
 
+// LoggedExitErr is ExitErr, and the first time it is not nil for this
+// start the end of the server's log is logged: a crash under load is a
+// finding, and its log is gone with the directory.
+func (s *ToolServer) LoggedExitErr() error {
+	err := s.ExitErr()
+	if err != nil && !s.exitLogged {
+		s.exitLogged = true
+		s.log.Error("server exited", "server", s.Name, "error", s.Err(), "log", s.LogTail())
+	}
+	return err
+}
+
 // Kill ends the server abruptly (SIGKILL: no shutdown code runs, as in a
 // crash or a power cut) and waits until it has exited. Its directory
 // stays, so it can be started again on the same data.
@@ -140,9 +170,20 @@ func (s *ToolServer) Stop() {
 }
 
 // Halt asks the server to shut down (SIGTERM) and kills it after 15 s.
+// An unclean exit is logged with the log's tail (unless LoggedExitErr
+// logged it already), since a crash under load is a finding, not noise.
 func (s *ToolServer) Halt() {
-	if s.proc != nil && s.proc.Stop(stopGrace) {
+	if s.proc == nil {
+		return
+	}
+	if s.proc.Stop(stopGrace) {
 		s.log.Warn("server ignored SIGTERM; killed it", "server", s.Name, "grace", stopGrace)
+	}
+	if err := s.proc.Err(); err != nil && !s.exitLogged {
+		var exitErr *exec.ExitError
+		if !errors.As(err, &exitErr) || exitErr.ExitCode() != 0 {
+			s.log.Warn("server exited uncleanly", "server", s.Name, "error", err, "log", s.LogTail())
+		}
 	}
 }
 

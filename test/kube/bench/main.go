@@ -204,8 +204,8 @@ func run(ctx context.Context, log *slog.Logger, cfg *config) ([]result, error) {
 func resolveBinaries(ctx context.Context, log *slog.Logger, cfg *config) (binaries, error) {
 	var b binaries
 	var err error
-	if b.self, err = os.Executable(); err != nil {
-		return b, fmt.Errorf("own executable, re-run as the reference etcd: %w", err)
+	if b.self, err = testenv.EtcdServerBinary(); err != nil {
+		return b, err
 	}
 	wd, err := os.Getwd()
 	if err != nil {
@@ -237,18 +237,8 @@ func resolveBinaries(ctx context.Context, log *slog.Logger, cfg *config) (binari
 		}
 	}
 	if needKine {
-		if cfg.kineBinary != "" {
-			if b.kine, err = exec.LookPath(cfg.kineBinary); err != nil {
-				return b, fmt.Errorf("--kine-binary: %w", err)
-			}
-		} else {
-			dir, err := testenv.DefaultKineDir()
-			if err != nil {
-				return b, err
-			}
-			if b.kine, err = testenv.BuildKine(ctx, log, dir); err != nil {
-				return b, err
-			}
+		if b.kine, err = testenv.FindKine(ctx, log, cfg.kineBinary, ""); err != nil {
+			return b, err
 		}
 	}
 	if cfg.apiserverBin == "" {

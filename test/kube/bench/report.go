@@ -5,7 +5,8 @@ import (
 	"io"
 	"sort"
 	"strings"
-	"text/tabwriter"
+
+	"github.com/kite-db/kite/internal/testenv"
 )
 
 // printTable writes the results, their ratios to each row's reference
@@ -17,15 +18,15 @@ func printTable(w io.Writer, cfg *config, results []result) {
 		fmt.Fprintf(w, "; kite flags %s", strings.Join(cfg.kiteFlags, " "))
 	}
 	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "storage\tcreate/s\tp50/p99 ms\tupdate/s\tp50/p99 ms\tdelete/s\tp50/p99 ms\tfill/s\twatch p50/p99 ms\tmissed\tready s\tlisted s\tcpu s\tpeak MiB\tapi cpu s\terrors\t")
+	tw := testenv.NewTable(w)
+	tw.Rowf("storage\tcreate/s\tp50/p99 ms\tupdate/s\tp50/p99 ms\tdelete/s\tp50/p99 ms\tfill/s\twatch p50/p99 ms\tmissed\tready s\tlisted s\tcpu s\tpeak MiB\tapi cpu s\terrors")
 	for _, r := range results {
 		errs := r.Create.Errors + r.Update.Errors + r.Delete.Errors + r.Watch.Errors + r.Restart.Load.Errors
 		note := fmt.Sprint(errs)
 		if r.Error != "" {
 			note += " (failed)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f/%.1f\t%d\t%.1f\t%.1f\t%.1f\t%d\t%.1f\t%s\t\n", r.Storage,
+		tw.Rowf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f/%.1f\t%d\t%.1f\t%.1f\t%.1f\t%d\t%.1f\t%s", r.Storage,
 			r.Create.rate(), r.Create.lat(), r.Update.rate(), r.Update.lat(), r.Delete.rate(), r.Delete.lat(), r.Restart.Load.rate(),
 			r.Watch.P50ms, r.Watch.P99ms, r.Watch.Missed, r.Restart.ReadySeconds, r.Restart.ListSeconds,
 			r.StorageCPU, r.StoragePeakRSS>>20, r.APIServerCPU, note)
@@ -46,12 +47,7 @@ func printTable(w io.Writer, cfg *config, results []result) {
 		if !ok || r.Error != "" {
 			continue
 		}
-		ratio := func(x, y float64) string {
-			if y == 0 {
-				return "-"
-			}
-			return fmt.Sprintf("%.2f", x/y)
-		}
+		ratio := testenv.PlainRatio
 		ratios = append(ratios, []string{r.Storage, ref,
 			ratio(r.Create.PerSecond, b.Create.PerSecond), ratio(r.Update.PerSecond, b.Update.PerSecond),
 			ratio(r.Delete.PerSecond, b.Delete.PerSecond), ratio(r.Watch.P99ms, b.Watch.P99ms),
@@ -60,10 +56,10 @@ func printTable(w io.Writer, cfg *config, results []result) {
 	}
 	if len(ratios) > 0 {
 		fmt.Fprintln(w, "\nratios to the reference row (rates: above 1 is faster; watch p99, ready, cpu, memory: below 1 is better)")
-		tw = tabwriter.NewWriter(w, 2, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "storage\tvs\tcreate/s\tupdate/s\tdelete/s\twatch p99\tready\tcpu\tpeak mem\t")
+		tw = testenv.NewTable(w)
+		tw.Rowf("storage\tvs\tcreate/s\tupdate/s\tdelete/s\twatch p99\tready\tcpu\tpeak mem")
 		for _, row := range ratios {
-			fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+			tw.Row(row...)
 		}
 		tw.Flush()
 	}
@@ -83,20 +79,20 @@ func printTable(w io.Writer, cfg *config, results []result) {
 	}
 	sort.Strings(names)
 	fmt.Fprintln(w, "\nrequests kube-apiserver sent to storage (etcd_requests_total, both kube-apiserver processes), all resources / configmaps")
-	tw = tabwriter.NewWriter(w, 2, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "storage\t"+strings.Join(names, "\t")+"\t")
+	tw = testenv.NewTable(w)
+	tw.Row(append([]string{"storage"}, names...)...)
 	for _, r := range results {
 		row := []string{r.Storage}
 		for _, op := range names {
 			row = append(row, fmt.Sprintf("%.0f/%.0f", r.Requests[op], r.ConfigMapRequests[op]))
 		}
-		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+		tw.Row(row...)
 	}
 	tw.Flush()
 
 	fmt.Fprintln(w, "\nconfigmap requests to storage by phase")
-	tw = tabwriter.NewWriter(w, 2, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "storage\tphase\t"+strings.Join(names, "\t")+"\t")
+	tw = testenv.NewTable(w)
+	tw.Row(append([]string{"storage", "phase"}, names...)...)
 	for _, r := range results {
 		for _, ph := range []string{"create", "update", "delete", "watch", "fill", "restart"} {
 			c, ok := r.PhaseRequests[ph]
@@ -107,7 +103,7 @@ func printTable(w io.Writer, cfg *config, results []result) {
 			for _, op := range names {
 				row = append(row, fmt.Sprintf("%.0f", c[op]))
 			}
-			fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+			tw.Row(row...)
 		}
 	}
 	tw.Flush()
