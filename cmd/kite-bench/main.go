@@ -22,7 +22,8 @@
 //
 // In raftsql mode (--datastore raftsql) kite and the reference etcd are
 // each a raft cluster of --members processes on loopback ports, started
-// with etcd's clustering flags (raftsql.go); the failover workload kills
+// with etcd's clustering flags (testenv.KiteArgv and testenv.StartCluster,
+// the leader polled in raftsql.go); the failover workload kills
 // the leader of each and times the recovery (workload_failover.go).
 //
 // `kite-bench etcd-server --data-dir D --listen URL` is the hidden reference

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -43,18 +42,12 @@ func connect(cfg *config, name string, endpoints []string, cl *cluster) (*target
 	if cl != nil {
 		t.partial = cl.kind.partial
 	}
-	for i := range cfg.conns {
-		c, err := clientv3.New(clientv3.Config{
-			Endpoints:   []string{endpoints[i%len(endpoints)]},
-			DialTimeout: 5 * time.Second,
-			// clientv3 logs every retry at warn; the benchmark counts errors itself.
-			Logger: zap.NewNop(),
-		})
-		if err != nil {
-			t.close()
-			return nil, fmt.Errorf("connect to %s: %w", name, err)
-		}
-		t.conns = append(t.conns, c)
+	conns, err := testenv.Clients(endpoints, cfg.conns)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", name, err)
+	}
+	t.conns = conns
+	for i := range conns {
 		t.server = append(t.server, i%len(endpoints))
 	}
 	return t, nil

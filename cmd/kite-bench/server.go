@@ -19,7 +19,7 @@ type serverKind struct {
 	servers int
 	// members, when above 0, makes the kind a raft cluster of that many
 	// members (raftsql mode), each a process with its own data dir, client
-	// and peer port, bootstrapped together (raftsql.go).
+	// and peer port, bootstrapped together (testenv.StartCluster).
 	members int
 	// dbEnv, when set, gives every fresh start of this kind a fresh
 	// database (Postgres or MySQL), whose DSN each server process finds in this

@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/kite-db/kite/internal/testenv"
 )
@@ -59,21 +57,11 @@ type target struct {
 
 // connect opens n connections to endpoint.
 func connect(name, endpoint string, n int) (*target, error) {
-	t := &target{name: name}
-	for range n {
-		c, err := clientv3.New(clientv3.Config{
-			Endpoints:   []string{endpoint},
-			DialTimeout: 5 * time.Second,
-			// clientv3 logs every retry at warn; the soak counts errors itself.
-			Logger: zap.NewNop(),
-		})
-		if err != nil {
-			t.close()
-			return nil, fmt.Errorf("connect to %s: %w", name, err)
-		}
-		t.conns = append(t.conns, c)
+	conns, err := testenv.Clients([]string{endpoint}, n)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", name, err)
 	}
-	return t, nil
+	return &target{name: name, conns: conns}, nil
 }
 
 func (t *target) close() {

@@ -1,11 +1,10 @@
 // Package pgadmin creates and drops the throwaway Postgres databases that
 // kite's tests (pkg/drivers/postgres/pgtest) and load tools (through
 // internal/testenv's Databases) run servers on, through a role that may
-// create databases. It is one
-// implementation so that the names, the connection strings made from
-// the admin's and the forced drop are the same everywhere. Connecting is
-// the caller's: a test skips where a tool fails, and each words the
-// error its own way.
+// create databases. It is one implementation so that the names, the
+// connection strings made from the admin's and the forced drop are the
+// same everywhere. Connecting is the caller's: a test skips where a tool
+// fails, and each words the error its own way.
 package pgadmin
 
 import (
