@@ -375,6 +375,17 @@ func compareSteps() []step {
 		step{"range compare empty range version", txn(cmps(cmprRange("x", "y", pb.Compare_VERSION, pb.Compare_EQUAL, 0)), ops(opPut(put("r", "4"))), ops(opPut(put("r", "5"))))},
 		step{"range compare empty range value", txn(cmps(cmprRange("x", "y", pb.Compare_VALUE, pb.Compare_EQUAL, "")), ops(opPut(put("r", "6"))), ops(opPut(put("r", "7"))))},
 		step{"range compare lease", txn(cmps(cmprRange("a", "c", pb.Compare_LEASE, pb.Compare_EQUAL, 200)), ops(opPut(put("r", "8"))), ops(opPut(put("r", "9"))))},
+		// A delete of a key the compare read removes the row the compare
+		// saw only while the txn has written nothing (kube-apiserver's
+		// delete); after a write it reads the key again.
+		step{"delete compared key twice", txn(cmps(cmpr("r", pb.Compare_VERSION, pb.Compare_GREATER, 0)),
+			ops(opDel(&pb.DeleteRangeRequest{Key: bs("r"), PrevKv: true}), opDel(&pb.DeleteRangeRequest{Key: bs("r"), PrevKv: true})), nil)},
+		step{"delete compared absent key", txn(cmps(cmpr("r", pb.Compare_VERSION, pb.Compare_EQUAL, 0)),
+			ops(opDel(&pb.DeleteRangeRequest{Key: bs("r"), PrevKv: true})), nil)},
+		step{"put then delete compared key", txn(cmps(cmpr("m", pb.Compare_MOD, pb.Compare_GREATER, 0)),
+			ops(opPut(put("m", "p")), opDel(&pb.DeleteRangeRequest{Key: bs("m"), PrevKv: true})), nil)},
+		step{"delete compared key and recreate", txn(cmps(cmpr("a", pb.Compare_MOD, pb.Compare_EQUAL, 0)),
+			ops(opRange(rng("a", ""))), ops(opDel(&pb.DeleteRangeRequest{Key: bs("a"), PrevKv: true}), opPut(put("a", "again"))))},
 		step{"final state", all()},
 	)
 	return out

@@ -30,8 +30,9 @@ type evaluator struct {
 	// against the storage's clock where it keeps one (LeaseExpiryTx).
 	expiry bool
 	// before holds the live rows a txn read while it had not written
-	// yet (liveRow): its compares and the checks of its puts.
-	before map[string]*mvccpb.KeyValue
+	// yet (liveRow): its compares and the checks of its puts. checked
+	// keeps them while the txn runs its operations (rowsToDelete).
+	before, checked map[string]*mvccpb.KeyValue
 }
 
 // liveRow returns the live row of key (nil if the key does not exist).
@@ -187,9 +188,9 @@ func (a *evaluator) put(p *pb.PutRequest, prev *mvccpb.KeyValue) (*pb.PutRespons
 }
 
 func (a *evaluator) applyDeleteRange(d *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
-	kvs, err := a.tx.Range(a.ctx, d.Key, rangeEnd(d.RangeEnd), a.readRev(), 0, false)
+	kvs, err := a.rowsToDelete(d)
 	if err != nil {
-		return nil, fmt.Errorf("range keys to delete: %w", err)
+		return nil, err
 	}
 	resp := &pb.DeleteRangeResponse{Header: &pb.ResponseHeader{}}
 	if d.PrevKv {
@@ -201,6 +202,27 @@ func (a *evaluator) applyDeleteRange(d *pb.DeleteRangeRequest) (*pb.DeleteRangeR
 	resp.Deleted = int64(len(kvs))
 	resp.Header.Revision = a.readRev()
 	return resp, nil
+}
+
+// rowsToDelete returns the live rows d removes. A txn that deletes one key
+// it read before writing anything removes the row it read: kube-apiserver
+// deletes an object with a txn that compares the key's mod revision and
+// deletes the key, and reading the row a second time was the largest
+// read of that txn.
+func (a *evaluator) rowsToDelete(d *pb.DeleteRangeRequest) ([]*mvccpb.KeyValue, error) {
+	if len(d.RangeEnd) == 0 && len(a.changes) == 0 {
+		if kv, ok := a.checked[string(d.Key)]; ok {
+			if kv == nil {
+				return nil, nil
+			}
+			return []*mvccpb.KeyValue{kv}, nil
+		}
+	}
+	kvs, err := a.tx.Range(a.ctx, d.Key, rangeEnd(d.RangeEnd), a.readRev(), 0, false)
+	if err != nil {
+		return nil, fmt.Errorf("range keys to delete: %w", err)
+	}
+	return kvs, nil
 }
 
 // deleteKVs writes a tombstone for each of kvs, in the given (key) order.

@@ -15,7 +15,7 @@ import (
 func (a *evaluator) applyTxn(t *pb.TxnRequest) (*pb.TxnResponse, error) {
 	// Until executeTxn writes, a key's live row is read once (liveRow).
 	a.before = map[string]*mvccpb.KeyValue{}
-	defer func() { a.before = nil }()
+	defer func() { a.before, a.checked = nil, nil }()
 	path, err := a.txnPath(t)
 	if err != nil {
 		return nil, err
@@ -24,7 +24,9 @@ func (a *evaluator) applyTxn(t *pb.TxnRequest) (*pb.TxnResponse, error) {
 	if _, err := a.checkTxn(t, path, prevs); err != nil {
 		return nil, err
 	}
-	a.before = nil
+	// From here the txn writes: a row read before is still the key's row
+	// only until then (rowsToDelete).
+	a.before, a.checked = nil, a.before
 	resp, _, err := a.newTxnResp(t, path)
 	if err != nil {
 		return nil, err
