@@ -58,7 +58,6 @@ type ClusterSpec struct {
 // database, or the members of a raft cluster.
 type Cluster struct {
 	Name    string
-	Members int // of a raft cluster; 0 for servers that are not one
 	Servers []*ToolServer
 }
 
@@ -66,7 +65,7 @@ type Cluster struct {
 // until every one answers. A raft cluster's members are all started
 // before any is waited for: none serves before a quorum of them runs.
 func StartCluster(ctx context.Context, log *slog.Logger, spec ClusterSpec) (*Cluster, error) {
-	c := &Cluster{Name: spec.Name, Members: spec.Members}
+	c := &Cluster{Name: spec.Name}
 	err := c.start(ctx, log, spec)
 	if err != nil {
 		c.Halt()

@@ -297,7 +297,7 @@ func runStorage(ctx context.Context, log *slog.Logger, cfg *config, bins binarie
 	}
 	// The numbers of a storage that died under the load are not its own.
 	check := func(step string) error {
-		if err := st.exited(); err != nil {
+		if err := st.Exited(); err != nil {
 			return fmt.Errorf("during %s: %w", step, err)
 		}
 		return nil

@@ -62,9 +62,6 @@ func (s *storage) peakRSS() (int64, error) {
 	return testenv.Sum(peak), err
 }
 
-// exited says which server is no longer running, or nil.
-func (s *storage) exited() error { return s.Exited() }
-
 // stop stops every server, removes their directories unless keep, and
 // drops the database.
 func (s *storage) stop(keep bool) {
@@ -77,6 +74,7 @@ func (s *storage) stop(keep bool) {
 	s.dropDatabase()
 }
 
+// dropDatabase drops the database the servers ran on, if they had one.
 func (s *storage) dropDatabase() {
 	if s.dbs != nil {
 		if err := s.dbs.DropAll(); err != nil {
