@@ -78,15 +78,13 @@ func StartCluster(ctx context.Context, log *slog.Logger, spec ClusterSpec) (*Clu
 }
 
 func (c *Cluster) start(ctx context.Context, log *slog.Logger, spec ClusterSpec) error {
-	n, raft := max(spec.Servers, 1), spec.Members > 0
+	// A raft member has a client and a peer port, any other server a
+	// client port: server i's are ports[stride*i:].
+	n, raft, stride := max(spec.Servers, 1), spec.Members > 0, 1
 	if raft {
-		n = spec.Members
+		n, stride = spec.Members, 2
 	}
-	nports := n
-	if raft {
-		nports = 2 * n // a client and a peer port each
-	}
-	ports, err := FreePorts(nports)
+	ports, err := FreePorts(stride * n)
 	if err != nil {
 		return err
 	}
@@ -105,7 +103,7 @@ func (c *Cluster) start(ctx context.Context, log *slog.Logger, spec ClusterSpec)
 		if n > 1 || raft {
 			name = fmt.Sprintf("%s-%d", spec.Name, i)
 		}
-		s, err := NewToolServer(log, spec.WorkDir, spec.DirPrefix, name, ports[i*nports/n])
+		s, err := NewToolServer(log, spec.WorkDir, spec.DirPrefix, name, ports[stride*i])
 		if err != nil {
 			return err
 		}
@@ -113,7 +111,7 @@ func (c *Cluster) start(ctx context.Context, log *slog.Logger, spec ClusterSpec)
 		c.Servers = append(c.Servers, s)
 		members[i] = Member{Name: name, DataDir: s.DataDir(), ClientURL: s.Endpoint}
 		if raft {
-			members[i].PeerURL = "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2*i+1]))
+			members[i].PeerURL = "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[stride*i+1]))
 			members[i].Token = token
 			peers = append(peers, name+"="+members[i].PeerURL)
 		}

@@ -2,12 +2,10 @@ package testenv
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -39,7 +37,7 @@ type ToolServer struct {
 	// memory (VmHWM) covers only the time since.
 	starts int
 	// exitLogged: the end of the log of an unexpected exit was logged
-	// (ExitLogged), so Halt need not log it again.
+	// (LoggedExitErr), so Halt need not log it again.
 	exitLogged bool
 	// rssSeen is the largest VmRSS read since the last start (sample.go);
 	// atomic, as a tool may sample from a goroutine of its own.
@@ -179,11 +177,10 @@ func (s *ToolServer) Halt() {
 	if s.proc.Stop(stopGrace) {
 		s.log.Warn("server ignored SIGTERM; killed it", "server", s.Name, "grace", stopGrace)
 	}
+	// Err is nil for status 0 alone: a signal or any other status is an
+	// unclean exit.
 	if err := s.proc.Err(); err != nil && !s.exitLogged {
-		var exitErr *exec.ExitError
-		if !errors.As(err, &exitErr) || exitErr.ExitCode() != 0 {
-			s.log.Warn("server exited uncleanly", "server", s.Name, "error", err, "log", s.LogTail())
-		}
+		s.log.Warn("server exited uncleanly", "server", s.Name, "error", err, "log", s.LogTail())
 	}
 }
 
