@@ -46,9 +46,11 @@ var allowed = map[string][]string{
 	"internal/latency":  nil,
 	"internal/pgadmin":  nil,
 	"internal/layout":   nil,
-	"internal/testenv":  {"internal/freeport", "internal/pgadmin", "internal/latency"},
-	// The load tools drive servers from outside, as a user's client does.
-	"cmd/kite-bench": {"internal/latency", "internal/pgadmin", "internal/testenv", "pkg/drivers/mysql"},
+	"internal/testenv":  {"internal/freeport", "internal/pgadmin"},
+	// The load tools drive servers from outside, as a user's client does;
+	// what they share (starting etcd, kine and kite in every mode,
+	// databases, CPU and memory per process, ratio tables) is testenv's.
+	"cmd/kite-bench": {"internal/latency", "internal/testenv"},
 	"cmd/kite-soak":  {"internal/latency", "internal/testenv"},
 	// The end-to-end suites start kite binaries, embedded etcds and
 	// databases; their _test files may import more.
