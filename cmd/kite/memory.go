@@ -64,29 +64,36 @@ const (
 	// touched in the resident set again (docs/benchmarks.md, "a member's
 	// memory is the readers' mappings").
 	behindMmapShareDiv = 8
-	readAheadShareDiv  = 16  //
-	writerCacheDiv     = 64  //
-	readerCacheDiv     = 256 // each read connection
-	watchRingDiv       = 64  // part of the Go heap's share
-	rowCacheDiv        = 64  // part of the Go heap's share
-	sqliteReadConns    = 4   // the SQLite driver's default read pool
+	readAheadShareDiv  = 16 //
+	writerCacheDiv     = 64 //
+	// behindWriterCacheDiv replaces writerCacheDiv applied behind a log:
+	// the writer is then the flush, whose cache holds the index pages it
+	// updates every flush and, for the rest, the pages of rows it has just
+	// written and will not read again, so a cache of 1/64 fills with
+	// those and stays resident (docs/benchmarks.md, "The writer's page
+	// cache applied behind").
+	behindWriterCacheDiv = 256
+	readerCacheDiv       = 256 // each read connection
+	watchRingDiv         = 64  // part of the Go heap's share
+	rowCacheDiv          = 64  // part of the Go heap's share
+	sqliteReadConns      = 4   // the SQLite driver's default read pool
 )
 
 // splitMemory divides budget; behind says a memtail applies behind a log.
 func splitMemory(budget int64, behind bool) memoryShares {
-	mmapDiv := int64(mmapShareDiv)
+	mmapDiv, writerDiv := int64(mmapShareDiv), int64(writerCacheDiv)
 	if behind {
-		mmapDiv = behindMmapShareDiv
+		mmapDiv, writerDiv = behindMmapShareDiv, behindWriterCacheDiv
 	}
 	m := memoryShares{
 		readerMmap:     budget / mmapDiv / sqliteReadConns,
 		readerCacheKiB: int(budget / readerCacheDiv >> 10),
-		writerCacheKiB: int(budget / writerCacheDiv >> 10),
+		writerCacheKiB: int(budget / writerDiv >> 10),
 		readAhead:      budget / readAheadShareDiv,
 		watchRing:      budget / watchRingDiv,
 		rowCache:       budget / rowCacheDiv,
 	}
-	m.goHeap = budget - budget/mmapDiv - sqliteReadConns*budget/readerCacheDiv - budget/writerCacheDiv
+	m.goHeap = budget - budget/mmapDiv - sqliteReadConns*budget/readerCacheDiv - budget/writerDiv
 	return m
 }
 

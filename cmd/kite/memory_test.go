@@ -68,8 +68,8 @@ func TestMemoryBudgetFlag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ds := f.datastore(nil); ds.SQLite.MmapBytes != 32<<20 || ds.SQLite.CacheSizeKiB != 4<<10 {
-		t.Fatalf("1 GiB budget applied behind: sqlite options %+v, want 32 MiB mapped and 4 MiB cached per reader", ds.SQLite)
+	if ds := f.datastore(nil); ds.SQLite.MmapBytes != 32<<20 || ds.SQLite.CacheSizeKiB != 4<<10 || ds.SQLite.WriterCacheSizeKiB != 4<<10 {
+		t.Fatalf("1 GiB budget applied behind: sqlite options %+v, want 32 MiB mapped and 4 MiB cached per reader, 4 MiB for the writer", ds.SQLite)
 	}
 	// raftsql applies behind its WAL unless told not to.
 	for _, c := range []struct {

@@ -16,7 +16,10 @@ import (
 	"github.com/kite-db/kite/pkg/mvcc"
 )
 
-var _ mvcc.WriteTx = (*writeTx)(nil)
+var (
+	_ mvcc.WriteTx       = (*writeTx)(nil)
+	_ mvcc.LeaseExpiryTx = (*writeTx)(nil)
+)
 
 // endTimeout bounds a ROLLBACK sent to end a transaction: past it the
 // connection is dropped, which ends the transaction as well.
