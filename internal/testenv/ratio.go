@@ -49,12 +49,3 @@ func Ratio(num, den float64) string {
 	}
 	return strconv.FormatFloat(num/den, 'f', 2, 64) + "x"
 }
-
-// PlainRatio is num/den with two decimals and no unit, "-" when den is 0:
-// test/kube/bench's ratio cells, whose column heads say what is divided.
-func PlainRatio(num, den float64) string {
-	if den == 0 {
-		return "-"
-	}
-	return strconv.FormatFloat(num/den, 'f', 2, 64)
-}

@@ -47,7 +47,7 @@ func printTable(w io.Writer, cfg *config, results []result) {
 		if !ok || r.Error != "" {
 			continue
 		}
-		ratio := testenv.PlainRatio
+		ratio := testenv.Ratio
 		ratios = append(ratios, []string{r.Storage, ref,
 			ratio(r.Create.PerSecond, b.Create.PerSecond), ratio(r.Update.PerSecond, b.Update.PerSecond),
 			ratio(r.Delete.PerSecond, b.Delete.PerSecond), ratio(r.Watch.P99ms, b.Watch.P99ms),
