@@ -15,36 +15,56 @@ import (
 // (so later revisions overwrite), and returns the current revision.
 func fill(b *testing.B, be *sqlite.Backend, keys, revs, perRev int, value []byte) int64 {
 	b.Helper()
-	ctx := context.Background()
-	version := make([]int64, keys)
-	create := make([]int64, keys)
+	w := newRevisionWriter(be, keys, value, "/registry/pods/ns/pod-%06d")
 	n := 0
-	for rev := int64(1); rev <= int64(revs); rev++ {
-		tx, err := be.BeginWrite(ctx)
-		if err != nil {
-			b.Fatal(err)
+	for range revs {
+		w.commit(b, perRev, func(int) int { k := n % keys; n++; return k })
+	}
+	return w.rev
+}
+
+// revisionWriter writes revisions of puts to numbered keys, one
+// transaction each, keeping every key's versions as the Store would.
+type revisionWriter struct {
+	be              *sqlite.Backend
+	value           []byte
+	keyFormat       string
+	version, create []int64
+	rev             int64
+}
+
+func newRevisionWriter(be *sqlite.Backend, keys int, value []byte, keyFormat string) *revisionWriter {
+	return &revisionWriter{be: be, value: value, keyFormat: keyFormat,
+		version: make([]int64, keys), create: make([]int64, keys)}
+}
+
+// commit writes the next revision: n puts, the sub-th to key pick(sub).
+func (w *revisionWriter) commit(b *testing.B, n int, pick func(sub int) int) {
+	b.Helper()
+	ctx := context.Background()
+	w.rev++
+	tx, err := w.be.BeginWrite(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for sub := range n {
+		k := pick(sub)
+		if w.version[k] == 0 {
+			w.create[k] = w.rev
 		}
-		for sub := range perRev {
-			k := n % keys
-			n++
-			if version[k] == 0 {
-				create[k] = rev
-			}
-			version[k]++
-			kv := &mvccpb.KeyValue{Key: fmt.Appendf(nil, "/registry/pods/ns/pod-%06d", k),
-				CreateRevision: create[k], ModRevision: rev, Version: version[k], Value: value}
-			if err := tx.Put(ctx, kv, int64(sub)); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if err := tx.SetRevisions(ctx, rev, 0); err != nil {
-			b.Fatal(err)
-		}
-		if err := tx.Commit(); err != nil {
+		w.version[k]++
+		kv := &mvccpb.KeyValue{Key: fmt.Appendf(nil, w.keyFormat, k),
+			CreateRevision: w.create[k], ModRevision: w.rev, Version: w.version[k], Value: w.value}
+		if err := tx.Put(ctx, kv, int64(sub)); err != nil {
 			b.Fatal(err)
 		}
 	}
-	return int64(revs)
+	if err := tx.SetRevisions(ctx, w.rev, 0); err != nil {
+		b.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // BenchmarkPutBatch128 is one group commit of 128 puts, fsync included.

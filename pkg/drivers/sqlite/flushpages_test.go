@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
-
 	"github.com/kite-db/kite/pkg/drivers/sqlite"
 )
 
@@ -41,36 +39,8 @@ func benchmarkFlushPages(b *testing.B, rows int, sorted bool) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { be.Close() })
-	ctx := context.Background()
-	value := make([]byte, 1024)
-	version := make([]int64, keys)
-	create := make([]int64, keys)
-	rev := int64(0)
-	commit := func(n int, pick func(i int) int) {
-		rev++
-		tx, err := be.BeginWrite(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for sub := range n {
-			k := pick(sub)
-			if version[k] == 0 {
-				create[k] = rev
-			}
-			version[k]++
-			kv := &mvccpb.KeyValue{Key: fmt.Appendf(nil, "/registry/configmaps/bench/cm-%05d", k),
-				CreateRevision: create[k], ModRevision: rev, Version: version[k], Value: value}
-			if err := tx.Put(ctx, kv, int64(sub)); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if err := tx.SetRevisions(ctx, rev, 0); err != nil {
-			b.Fatal(err)
-		}
-		if err := tx.Commit(); err != nil {
-			b.Fatal(err)
-		}
-	}
+	w := newRevisionWriter(be, keys, make([]byte, 1024), "/registry/configmaps/bench/cm-%05d")
+	commit := func(n int, pick func(sub int) int) { w.commit(b, n, pick) }
 	// Load every key, then let the one checkpoint copy the load.
 	for i := 0; i < keys; i += 1000 {
 		commit(1000, func(sub int) int { return i + sub })
