@@ -152,6 +152,15 @@ func openPackMember(t *testing.T, cfg Config) (*Node, *mvcc.Store) {
 	if _, err := s.Put(ctx, &pb.PutRequest{Key: []byte("0"), Value: []byte("first")}); err != nil {
 		t.Fatal(err)
 	}
+	// A write's waiter hears its outcome just before the applied index
+	// moves past it: wait for the index too, so that a caller counting
+	// entries from here does not count this one.
+	for n.applied.Load() < n.committed.Load() {
+		if ctx.Err() != nil {
+			t.Fatal("the member did not apply what it committed")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	return n, s
 }
 
