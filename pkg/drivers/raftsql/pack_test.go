@@ -81,6 +81,7 @@ func testPackedEntryApplies(t *testing.T, behind bool) {
 		{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("d"), Value: []byte("x")}}},
 	}}}
 	outcomes := proposeTogether(t, n, put("a"), tooMany, put("e"))
+	waitApplied(t, n)
 	if got := n.applied.Load() - before; got != 1 {
 		t.Errorf("three requests took %d entries, want 1", got)
 	}
@@ -152,16 +153,22 @@ func openPackMember(t *testing.T, cfg Config) (*Node, *mvcc.Store) {
 	if _, err := s.Put(ctx, &pb.PutRequest{Key: []byte("0"), Value: []byte("first")}); err != nil {
 		t.Fatal(err)
 	}
-	// A write's waiter hears its outcome just before the applied index
-	// moves past it: wait for the index too, so that a caller counting
-	// entries from here does not count this one.
+	waitApplied(t, n)
+	return n, s
+}
+
+// waitApplied waits until n has applied all it committed. A write's waiter
+// hears its outcome just before the applied index moves past it, so a test
+// counting entries by the index waits for the index too.
+func waitApplied(t *testing.T, n *Node) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
 	for n.applied.Load() < n.committed.Load() {
-		if ctx.Err() != nil {
+		if time.Now().After(deadline) {
 			t.Fatal("the member did not apply what it committed")
 		}
 		time.Sleep(time.Millisecond)
 	}
-	return n, s
 }
 
 // proposeTogether proposes reqs as one packed entry, as the packer does
