@@ -33,6 +33,31 @@ type evaluator struct {
 	// yet (liveRow): its compares and the checks of its puts. checked
 	// keeps them while the txn runs its operations (rowsToDelete).
 	before, checked map[string]*mvccpb.KeyValue
+	// prevValues says a watcher may send the value of a row this request
+	// replaces (the hub has a prev_kv watcher): a put or delete then
+	// reads whole rows. Without it, one outside a txn whose request does
+	// not ask for prev_kv reads the row without its value (liveMeta), and
+	// its change is marked PartialPrev. It does not change what is
+	// written, so replicas that differ in it write the same rows.
+	prevValues bool
+}
+
+// liveMeta returns the live row of key for a put or delete that needs its
+// value only if want (the request asks for it) or a watcher may: otherwise
+// the row may come without its value, and partial says so. A txn reads
+// whole rows: its compares and reads share them (liveRow).
+func (a *evaluator) liveMeta(key []byte, want bool) (kv *mvccpb.KeyValue, partial bool, err error) {
+	if want || a.prevValues || a.before != nil || a.checked != nil {
+		kv, err = a.liveRow(key)
+		return kv, false, err
+	}
+	m, ok := a.tx.(RowMetaReader)
+	if !ok {
+		kv, err = a.tx.Get(a.ctx, key)
+		return kv, false, err
+	}
+	kv, err = m.GetMeta(a.ctx, key)
+	return kv, kv != nil, err
 }
 
 // liveRow returns the live row of key (nil if the key does not exist).
@@ -132,37 +157,39 @@ func (a *evaluator) readRev() int64 {
 }
 
 // checkPut validates a put against the state before the request and returns
-// the key's previous row (needed for ignore_value, ignore_lease and prev_kv).
-func (a *evaluator) checkPut(p *pb.PutRequest) (*mvccpb.KeyValue, error) {
+// the key's previous row (needed for ignore_value, ignore_lease and prev_kv),
+// without its value when partial (liveMeta).
+func (a *evaluator) checkPut(p *pb.PutRequest) (prev *mvccpb.KeyValue, partial bool, err error) {
 	if p.Lease != 0 {
 		ok, err := a.leaseExists(p.Lease)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if !ok {
-			return nil, ErrLeaseNotFound
+			return nil, false, ErrLeaseNotFound
 		}
 	}
-	prev, err := a.liveRow(p.Key)
+	prev, partial, err = a.liveMeta(p.Key, p.PrevKv || p.IgnoreValue)
 	if err != nil {
-		return nil, fmt.Errorf("get previous kv: %w", err)
+		return nil, false, fmt.Errorf("get previous kv: %w", err)
 	}
 	if (p.IgnoreValue || p.IgnoreLease) && prev == nil {
-		return nil, ErrKeyNotFound
+		return nil, false, ErrKeyNotFound
 	}
-	return prev, nil
+	return prev, partial, nil
 }
 
 func (a *evaluator) applyPut(p *pb.PutRequest) (*pb.PutResponse, error) {
-	prev, err := a.checkPut(p)
+	prev, partial, err := a.checkPut(p)
 	if err != nil {
 		return nil, err
 	}
-	return a.put(p, prev)
+	return a.put(p, prev, partial)
 }
 
-// put writes a put whose checks have passed.
-func (a *evaluator) put(p *pb.PutRequest, prev *mvccpb.KeyValue) (*pb.PutResponse, error) {
+// put writes a put whose checks have passed; partial says prev lacks its
+// value.
+func (a *evaluator) put(p *pb.PutRequest, prev *mvccpb.KeyValue, partial bool) (*pb.PutResponse, error) {
 	rev := a.current + 1
 	kv := &mvccpb.KeyValue{Key: p.Key, Value: p.Value, Lease: p.Lease, ModRevision: rev, CreateRevision: rev, Version: 1}
 	if prev != nil {
@@ -179,7 +206,7 @@ func (a *evaluator) put(p *pb.PutRequest, prev *mvccpb.KeyValue) (*pb.PutRespons
 	if err := a.w.Put(a.ctx, kv, sub); err != nil {
 		return nil, fmt.Errorf("put %q: %w", p.Key, err)
 	}
-	a.changes = append(a.changes, Change{Sub: sub, KV: kv, PrevKV: prev})
+	a.changes = append(a.changes, Change{Sub: sub, KV: kv, PrevKV: prev, PartialPrev: partial})
 	resp := &pb.PutResponse{Header: &pb.ResponseHeader{Revision: rev}}
 	if p.PrevKv {
 		resp.PrevKv = prev
@@ -188,7 +215,7 @@ func (a *evaluator) put(p *pb.PutRequest, prev *mvccpb.KeyValue) (*pb.PutRespons
 }
 
 func (a *evaluator) applyDeleteRange(d *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
-	kvs, err := a.rowsToDelete(d)
+	kvs, partial, err := a.rowsToDelete(d)
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +223,7 @@ func (a *evaluator) applyDeleteRange(d *pb.DeleteRangeRequest) (*pb.DeleteRangeR
 	if d.PrevKv {
 		resp.PrevKvs = kvs
 	}
-	if err := a.deleteKVs(kvs); err != nil {
+	if err := a.deleteKVs(kvs, partial); err != nil {
 		return nil, err
 	}
 	resp.Deleted = int64(len(kvs))
@@ -204,29 +231,40 @@ func (a *evaluator) applyDeleteRange(d *pb.DeleteRangeRequest) (*pb.DeleteRangeR
 	return resp, nil
 }
 
-// rowsToDelete returns the live rows d removes. A txn that deletes one key
-// it read before writing anything removes the row it read: kube-apiserver
-// deletes an object with a txn that compares the key's mod revision and
-// deletes the key, and reading the row a second time was the largest
-// read of that txn.
-func (a *evaluator) rowsToDelete(d *pb.DeleteRangeRequest) ([]*mvccpb.KeyValue, error) {
+// rowsToDelete returns the live rows d removes, without their values when
+// partial (as liveMeta decides: a tombstone needs no field of the row it
+// ends). A txn that deletes one key it read before writing anything
+// removes the row it read: kube-apiserver deletes an object with a txn
+// that compares the key's mod revision and deletes the key, and reading
+// the row a second time was the largest read of that txn.
+func (a *evaluator) rowsToDelete(d *pb.DeleteRangeRequest) (kvs []*mvccpb.KeyValue, partial bool, err error) {
 	if len(d.RangeEnd) == 0 && len(a.changes) == 0 {
 		if kv, ok := a.checked[string(d.Key)]; ok {
 			if kv == nil {
-				return nil, nil
+				return nil, false, nil
 			}
-			return []*mvccpb.KeyValue{kv}, nil
+			return []*mvccpb.KeyValue{kv}, false, nil
 		}
 	}
-	kvs, err := a.tx.Range(a.ctx, d.Key, rangeEnd(d.RangeEnd), a.readRev(), 0, false)
-	if err != nil {
-		return nil, fmt.Errorf("range keys to delete: %w", err)
+	partial = !d.PrevKv && !a.prevValues && a.before == nil && a.checked == nil
+	if partial && len(d.RangeEnd) == 0 {
+		kv, p, err := a.liveMeta(d.Key, false)
+		if err != nil || kv == nil {
+			return nil, false, err
+		}
+		return []*mvccpb.KeyValue{kv}, p, nil
 	}
-	return kvs, nil
+	// A keys-only range has every field of the rows but their values.
+	kvs, err = a.tx.Range(a.ctx, d.Key, rangeEnd(d.RangeEnd), a.readRev(), 0, partial)
+	if err != nil {
+		return nil, false, fmt.Errorf("range keys to delete: %w", err)
+	}
+	return kvs, partial && len(kvs) > 0, nil
 }
 
-// deleteKVs writes a tombstone for each of kvs, in the given (key) order.
-func (a *evaluator) deleteKVs(kvs []*mvccpb.KeyValue) error {
+// deleteKVs writes a tombstone for each of kvs, in the given (key) order;
+// partial says kvs lack their values.
+func (a *evaluator) deleteKVs(kvs []*mvccpb.KeyValue, partial bool) error {
 	if len(kvs) == 0 {
 		return nil
 	}
@@ -239,8 +277,9 @@ func (a *evaluator) deleteKVs(kvs []*mvccpb.KeyValue) error {
 		}
 		a.changes = append(a.changes, Change{
 			Sub: sub, Deleted: true,
-			KV:     &mvccpb.KeyValue{Key: kv.Key, ModRevision: rev},
-			PrevKV: kv,
+			KV:          &mvccpb.KeyValue{Key: kv.Key, ModRevision: rev},
+			PrevKV:      kv,
+			PartialPrev: partial,
 		})
 	}
 	return nil
@@ -306,7 +345,7 @@ func (a *evaluator) applyLeaseRevoke(r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeR
 			kvs = append(kvs, kv)
 		}
 	}
-	if err := a.deleteKVs(kvs); err != nil {
+	if err := a.deleteKVs(kvs, false); err != nil {
 		return nil, err
 	}
 	if err := a.w.DeleteLease(a.ctx, r.ID); err != nil {

@@ -183,6 +183,24 @@ type Change struct {
 	KV      *mvccpb.KeyValue
 	// PrevKV is filled only when asked for (Changes withPrev, or by Apply).
 	PrevKV *mvccpb.KeyValue
+	// PartialPrev says PrevKV lacks its value: the write was evaluated
+	// when no watcher asked for prev_kv (evaluator.prevValues), so its
+	// previous row was read without the value. The watch hub sends such a
+	// change to a prev_kv watcher only through a read of the log, which
+	// has the value.
+	PartialPrev bool
+}
+
+// RowMetaReader is a ReadTx that reads a key's live row without its value
+// more cheaply than Get: memtail answers it from a row cache that keeps
+// no values for keys written that way. The evaluator asks it for the row
+// a put or delete replaces when nothing will send that row's value (no
+// prev_kv in the request, no prev_kv watcher): the write needs only the
+// row's create revision, version and lease. A ReadTx without it is asked
+// Get.
+type RowMetaReader interface {
+	// GetMeta is Get, with the row's Value nil.
+	GetMeta(ctx context.Context, key []byte) (*mvccpb.KeyValue, error)
 }
 
 // Lease is the durable part of a lease. Its remaining time lives in memory

@@ -269,7 +269,8 @@ func (s *Store) applyInTx(tx WriteTx, applied AppliedIndexTx, reqs []*request) (
 			r.resp, r.err = b.auth.apply(r.req)
 			continue
 		}
-		a := &evaluator{ctx: s.ctx, tx: tx, w: tx, current: current, compacted: compacted, expiry: r.expiry}
+		a := &evaluator{ctx: s.ctx, tx: tx, w: tx, current: current, compacted: compacted, expiry: r.expiry,
+			prevValues: s.hub.wantsPrev()}
 		res, err := a.apply(r.req)
 		if err != nil {
 			if isRequestError(err) && len(a.changes) == 0 {

@@ -187,7 +187,8 @@ func (a *evaluator) checkTxn(t *pb.TxnRequest, path []bool, prevs map[string]*mv
 			if r.RequestPut == nil {
 				continue
 			}
-			prev, err := a.checkPut(r.RequestPut)
+			// Inside a txn rows are read whole (liveMeta).
+			prev, _, err := a.checkPut(r.RequestPut)
 			if err != nil {
 				return 0, err
 			}
@@ -260,7 +261,7 @@ func (a *evaluator) executeTxn(t *pb.TxnRequest, path []bool, resp *pb.TxnRespon
 			if err != nil {
 				return 0, err
 			}
-			pr, err := a.put(r.RequestPut, prev)
+			pr, err := a.put(r.RequestPut, prev, false)
 			if err != nil {
 				return 0, err
 			}

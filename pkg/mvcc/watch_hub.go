@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -63,6 +64,12 @@ type watchHub struct {
 	// slowWarned is when a slow client was last logged (at most every
 	// slowWarnEvery: under load many fall behind at once).
 	slowWarned time.Time
+
+	// prevWatchers counts the watchers with prev_kv. It is changed under
+	// mu and read without it by the writer (wantsPrev): a watcher added
+	// while a batch is evaluated meets that batch's partial changes,
+	// which publish and the ring send it through the log.
+	prevWatchers atomic.Int64
 
 	syncc  chan struct{} // wakes syncLoop
 	ctx    context.Context
@@ -135,11 +142,22 @@ func (h *watchHub) publish(rev int64, changes []Change) {
 	// two event variants of a change are shared by the watchers that get them.
 	var order []*watcher
 	batches := make(map[*watcher][]*mvccpb.Event)
+	// fromLog: prev_kv watchers that want a change whose previous value
+	// was not read (Change.PartialPrev); they take the whole revision
+	// from the log instead.
+	var fromLog map[*watcher]bool
 	compacted := h.cfg.compacted()
 	for _, c := range changes {
 		var plain, withPrev *mvccpb.Event
 		h.synced.each(c.KV.Key, func(w *watcher) {
 			if rev < w.next || !w.wants(c) {
+				return
+			}
+			if w.prevKV && c.PartialPrev {
+				if fromLog == nil {
+					fromLog = map[*watcher]bool{}
+				}
+				fromLog[w] = true
 				return
 			}
 			var ev *mvccpb.Event
@@ -160,7 +178,13 @@ func (h *watchHub) publish(rev int64, changes []Change) {
 			batches[w] = append(batches[w], ev)
 		})
 	}
+	for w := range fromLog {
+		h.unsyncLocked(w, rev)
+	}
 	for _, w := range order {
+		if fromLog[w] {
+			continue
+		}
 		resp := &pb.WatchResponse{Header: header(rev), WatchId: w.id, Events: batches[w]}
 		if !w.stream.tryEnqueue(resp) {
 			h.unsyncLocked(w, rev)
@@ -171,6 +195,10 @@ func (h *watchHub) publish(rev int64, changes []Change) {
 		w.progressDue = false
 	}
 }
+
+// wantsPrev says whether a watcher may want the previous values of the
+// rows the next writes replace (evaluator.prevValues).
+func (h *watchHub) wantsPrev() bool { return h.prevWatchers.Load() > 0 }
 
 // slowWarnEvery bounds how often slow watchers are logged.
 const slowWarnEvery = 10 * time.Second
@@ -234,6 +262,9 @@ func (h *watchHub) unsyncAllLocked(skipped, rev int64) {
 // or in the future is synced at once (it needs nothing published so far);
 // a start revision at or below the current one is caught up first.
 func (h *watchHub) addWatcherLocked(w *watcher) {
+	if w.prevKV {
+		h.prevWatchers.Add(1)
+	}
 	if w.startRev == 0 || w.startRev > h.rev {
 		w.state = synced
 		w.next = max(h.rev+1, w.startRev)
@@ -247,6 +278,9 @@ func (h *watchHub) addWatcherLocked(w *watcher) {
 }
 
 func (h *watchHub) removeWatcherLocked(w *watcher) {
+	if w.prevKV && w.state != removed {
+		h.prevWatchers.Add(-1)
+	}
 	switch w.state {
 	case synced:
 		h.synced.delete(w)

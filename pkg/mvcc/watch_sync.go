@@ -103,7 +103,7 @@ func (h *watchHub) syncRound() (progressed bool, pending int, err error) {
 			case w.state != unsynced:
 			case w.next < compactRev:
 				progressed = h.compactLocked(w, compactRev) || progressed
-			case h.ring.covers(w.next):
+			case h.ring.covers(w, w.next):
 				progressed = h.catchUpLocked(w, nil, 0) || progressed
 			default:
 				fromLog = append(fromLog, w)
@@ -192,7 +192,7 @@ func (h *watchHub) catchUpLocked(w *watcher, rows []Change, rowsTo int64) bool {
 		}
 		covered = b.coveredTo(rowsTo)
 	}
-	if b.cut == 0 && h.ring.covers(covered+1) {
+	if b.cut == 0 && h.ring.covers(w, covered+1) {
 		covered = h.ring.scan(w, covered+1, compacted, &b)
 	}
 	if len(b.evs) > 0 {

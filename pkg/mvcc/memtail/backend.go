@@ -357,7 +357,8 @@ func (b *Backend) beginWrite(ctx context.Context) (*writeTx, error) {
 	// base is read only if a read needs it (writeTx.baseRead).
 	batches := append(tail[:len(tail):len(tail)], open)
 	return &writeTx{view: view{batches: batches}, b: b, open: open, tail: tail,
-		seen: map[string]bool{}, fills: map[string]*mvccpb.KeyValue{}, before: map[string]bool{}}, nil
+		seen: map[string]bool{}, fills: map[string]*mvccpb.KeyValue{}, before: map[string]bool{},
+		metaOnly: map[string]bool{}}, nil
 }
 
 // headRevisions are the newest committed revisions, if known.

@@ -162,6 +162,15 @@ func clone(kv *mvccpb.KeyValue) *mvccpb.KeyValue {
 		ModRevision: kv.ModRevision, Version: kv.Version, Lease: kv.Lease}
 }
 
+// withoutValue is clone without the value.
+func withoutValue(kv *mvccpb.KeyValue) *mvccpb.KeyValue {
+	if kv == nil {
+		return nil
+	}
+	return &mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision,
+		ModRevision: kv.ModRevision, Version: kv.Version, Lease: kv.Lease}
+}
+
 // maxRev is above every revision.
 const maxRev = int64(^uint64(0) >> 1)
 

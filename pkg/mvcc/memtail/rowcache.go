@@ -25,8 +25,15 @@ type rowCache struct {
 
 // rowEntry is one key's newest row; kv nil says the key is not live.
 type rowEntry struct {
-	key        string
-	kv         *mvccpb.KeyValue
+	key string
+	kv  *mvccpb.KeyValue
+	// meta: kv lacks its value. The key was last written by a put or
+	// delete that read its row without the value (mvcc.RowMetaReader),
+	// which the next one most likely does too; a whole-row read misses.
+	// It is most of the cache's memory saved: 10,000 keys of 1 KiB held
+	// 10 MB of values, twice that in the process once the Go heap's
+	// headroom is counted.
+	meta       bool
 	cost       int64
 	prev, next *rowEntry // prev is newer
 }
@@ -40,9 +47,18 @@ func newRowCache(budget int64) *rowCache {
 	return &rowCache{budget: budget, m: map[string]*rowEntry{}}
 }
 
-// get returns key's newest row (nil if not live) if the cache holds it.
-// The row is shared: callers hand out clones.
+// get returns key's newest row (nil if not live) if the cache holds it
+// whole. The row is shared: callers hand out clones.
 func (c *rowCache) get(key string) (*mvccpb.KeyValue, bool) {
+	e, ok := c.m[key]
+	if !ok || e.meta {
+		return nil, false
+	}
+	return e.kv, true
+}
+
+// getMeta is get for a caller that needs no value: the row may lack it.
+func (c *rowCache) getMeta(key string) (*mvccpb.KeyValue, bool) {
 	e, ok := c.m[key]
 	if !ok {
 		return nil, false
@@ -53,7 +69,14 @@ func (c *rowCache) get(key string) (*mvccpb.KeyValue, bool) {
 // set records kv (nil: not live) as key's newest row, as the newest used.
 // A row larger than the whole budget is not kept, and neither is any row
 // the key had before.
-func (c *rowCache) set(key string, kv *mvccpb.KeyValue) {
+func (c *rowCache) set(key string, kv *mvccpb.KeyValue) { c.put(key, kv, false) }
+
+// setMeta is set, keeping kv without its value.
+func (c *rowCache) setMeta(key string, kv *mvccpb.KeyValue) {
+	c.put(key, withoutValue(kv), kv != nil)
+}
+
+func (c *rowCache) put(key string, kv *mvccpb.KeyValue, meta bool) {
 	cost := int64(rowOverhead + 2*len(key))
 	if kv != nil {
 		cost += int64(len(kv.Value))
@@ -71,7 +94,7 @@ func (c *rowCache) set(key string, kv *mvccpb.KeyValue) {
 		e = &rowEntry{key: key}
 		c.m[key] = e
 	}
-	e.kv, e.cost = kv, cost
+	e.kv, e.meta, e.cost = kv, meta, cost
 	c.size += cost
 	c.pushNewest(e)
 	for c.size > c.budget && c.oldest != nil {

@@ -115,11 +115,15 @@ func (m *staleModel) step(rng *rand.Rand) string {
 	key := staleKeys[rng.IntN(len(staleKeys))]
 	rev := m.current + 1
 	switch n := rng.IntN(100); {
-	case n < 35: // a put, its previous row read first or not
+	case n < 35: // a put, its previous row read first (whole or without its value) or not
 		tx := m.begin()
-		if rng.IntN(2) == 0 {
+		switch rng.IntN(3) {
+		case 0:
 			_, err := tx.Get(ctx, []byte(key))
 			m.must(err, "Get")
+		case 1:
+			_, err := tx.(mvcc.RowMetaReader).GetMeta(ctx, []byte(key))
+			m.must(err, "GetMeta")
 		}
 		kv := m.next(rng, key, rev)
 		m.must(tx.Put(ctx, kv, 0), "Put")
@@ -133,7 +137,7 @@ func (m *staleModel) step(rng *rand.Rand) string {
 		}
 		tx := m.begin()
 		if rng.IntN(2) == 0 {
-			_, err := tx.Range(ctx, []byte(key), nil, m.current, 0, false)
+			_, err := tx.Range(ctx, []byte(key), nil, m.current, 0, rng.IntN(2) == 0)
 			m.must(err, "Range")
 		}
 		m.must(tx.Delete(ctx, []byte(key), rev, 0), "Delete")
@@ -204,6 +208,13 @@ func (m *staleModel) check(when string) {
 		}
 		for _, k := range staleKeys {
 			want := m.rows[k]
+			// A row read without its value first must not leave the
+			// whole read below (nor the next round's) without it.
+			meta, err := tx.(mvcc.RowMetaReader).GetMeta(ctx, []byte(k))
+			m.must(err, when+": GetMeta")
+			if (meta == nil) != (want == nil) || meta != nil && (meta.Value != nil || !sameRow(meta, withoutValue(want))) {
+				m.t.Fatalf("%s, round %d: GetMeta(%s) = %v; want %v without its value", when, round, k, meta, want)
+			}
 			got, err := tx.Get(ctx, []byte(k))
 			m.must(err, when+": Get")
 			if !sameRow(got, want) {
@@ -279,4 +290,12 @@ func sameRow(a, b *mvccpb.KeyValue) bool {
 	}
 	return bytes.Equal(a.Key, b.Key) && bytes.Equal(a.Value, b.Value) && a.CreateRevision == b.CreateRevision &&
 		a.ModRevision == b.ModRevision && a.Version == b.Version && a.Lease == b.Lease
+}
+
+func withoutValue(kv *mvccpb.KeyValue) *mvccpb.KeyValue {
+	if kv == nil {
+		return nil
+	}
+	return &mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision,
+		ModRevision: kv.ModRevision, Version: kv.Version, Lease: kv.Lease}
 }

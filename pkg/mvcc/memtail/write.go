@@ -14,6 +14,7 @@ import (
 var (
 	_ mvcc.WriteTx        = (*writeTx)(nil)
 	_ mvcc.AppliedIndexTx = (*writeTx)(nil)
+	_ mvcc.RowMetaReader  = (*writeTx)(nil)
 )
 
 // writeTx collects its calls in an open batch at the end of its view, so
@@ -47,6 +48,9 @@ type writeTx struct {
 	// it was.
 	fills map[string]*mvccpb.KeyValue
 	used  []string
+	// metaOnly: keys whose rows the transaction read only without their
+	// values (GetMeta); the rows it leaves them are cached so too.
+	metaOnly map[string]bool
 	// before: whether each key the transaction changed was live before
 	// it, for the live-key set once it commits.
 	before map[string]bool
@@ -128,7 +132,7 @@ func (w *writeTx) liveBefore(ctx context.Context, key []byte, version int64) (bo
 		_, live := o.live()
 		return live, nil
 	}
-	if kv, ok := w.b.rows.get(k); ok {
+	if kv, ok := w.b.rows.getMeta(k); ok {
 		return kv != nil, nil
 	}
 	if o, ok := w.newest(k, maxRev); ok {
@@ -194,6 +198,7 @@ func (w *writeTx) Get(ctx context.Context, key []byte) (*mvccpb.KeyValue, error)
 		return w.direct.Get(ctx, key)
 	}
 	k := string(key)
+	w.metaOnly[k] = false
 	if o, ok := w.open.keyAt(k, maxRev); ok {
 		kv, _ := o.live()
 		return clone(kv), nil
@@ -223,6 +228,47 @@ func (w *writeTx) Get(ctx context.Context, key []byte) (*mvccpb.KeyValue, error)
 	// A copy: the caller may change the row it gets.
 	w.fills[k] = clone(kv)
 	return kv, nil
+}
+
+// GetMeta implements mvcc.RowMetaReader: Get for a put or delete that
+// needs no value, answered by a row the cache keeps without one too.
+func (w *writeTx) GetMeta(ctx context.Context, key []byte) (*mvccpb.KeyValue, error) {
+	if w.direct != nil {
+		kv, err := w.direct.Get(ctx, key)
+		return withoutValue(kv), err
+	}
+	k := string(key)
+	if _, ok := w.metaOnly[k]; !ok {
+		w.metaOnly[k] = true
+	}
+	if o, ok := w.open.keyAt(k, maxRev); ok {
+		kv, _ := o.live()
+		return withoutValue(kv), nil
+	}
+	if kv, ok := w.b.rows.getMeta(k); ok {
+		w.seen[k] = kv != nil
+		w.used = append(w.used, k)
+		return withoutValue(kv), nil
+	}
+	if o, ok := w.newest(k, maxRev); ok {
+		kv, _ := o.live()
+		return withoutValue(kv), nil
+	}
+	if !w.b.live.mayHold(k) {
+		w.seen[k] = false
+		return nil, nil
+	}
+	if err := w.baseRead(ctx); err != nil {
+		return nil, err
+	}
+	kv, err := w.view.base.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	w.seen[k] = kv != nil
+	// Whole: remember keeps it without the value if no Get needs it.
+	w.fills[k] = clone(kv)
+	return withoutValue(kv), nil
 }
 
 // baseRead opens the transaction's read of the base, if it has none yet,
@@ -466,7 +512,11 @@ func (w *writeTx) Commit() error {
 func (w *writeTx) remember() {
 	rows := w.b.rows
 	for k, kv := range w.fills {
-		rows.set(k, kv)
+		if w.metaOnly[k] {
+			rows.setMeta(k, kv)
+		} else {
+			rows.set(k, kv)
+		}
 	}
 	for _, k := range w.used {
 		rows.touch(k)
@@ -474,7 +524,11 @@ func (w *writeTx) remember() {
 	for k := range w.open.byKey {
 		o, _ := w.open.keyAt(k, maxRev)
 		kv, _ := o.live()
-		rows.set(k, kv)
+		if w.metaOnly[k] {
+			rows.setMeta(k, kv)
+		} else {
+			rows.set(k, kv)
+		}
 	}
 	if w.open.revs >= 0 {
 		o := &w.open.ops[w.open.revs]
@@ -518,12 +572,13 @@ func (w *writeTx) Range(ctx context.Context, key, end []byte, rev, limit int64, 
 		return nil, err
 	}
 	if len(end) == 0 && rev >= cur && rev >= w.newestRev {
-		kv, err := w.Get(ctx, key)
+		get := w.Get
+		if keysOnly {
+			get = w.GetMeta
+		}
+		kv, err := get(ctx, key)
 		if err != nil || kv == nil {
 			return nil, err
-		}
-		if keysOnly {
-			kv.Value = nil // Get's row is the caller's
 		}
 		return []*mvccpb.KeyValue{kv}, nil
 	}
