@@ -260,6 +260,22 @@ type writeTx struct {
 	once    sync.Once
 }
 
+var _ mvcc.RowMetaReader = (*writeTx)(nil)
+
+// GetMeta implements mvcc.RowMetaReader for the memtail under it, which
+// keeps rows read so without their values; a database without one is
+// asked Get.
+func (t *writeTx) GetMeta(ctx context.Context, key []byte) (*mvccpb.KeyValue, error) {
+	if m, ok := t.AppliedWriteTx.(mvcc.RowMetaReader); ok {
+		return m.GetMeta(ctx, key)
+	}
+	kv, err := t.AppliedWriteTx.Get(ctx, key)
+	if kv != nil {
+		kv.Value = nil // the row is this caller's
+	}
+	return kv, err
+}
+
 func (t *writeTx) Commit() error {
 	err := t.AppliedWriteTx.Commit()
 	t.once.Do(t.release)
