@@ -10,6 +10,7 @@ type stmtID int
 const (
 	qRevisions stmtID = iota
 	qGet
+	qGetMeta
 	qGetLatest
 	qChanges
 	qChangesPrev
@@ -117,6 +118,9 @@ func statements() []statement {
 	s[qGet] = statement{sql: `SELECT l.key, l.create_rev, l.id >> 20, l.version, l.lease, kv.value
 		FROM live AS l CROSS JOIN kv ON kv.id = l.id
 		WHERE l.key = ?`, params: []param{pFrom}}
+	// A live row without its value never touches the log (mvcc.RowMetaReader).
+	s[qGetMeta] = statement{sql: `SELECT key, create_rev, id >> 20, version, lease
+		FROM live WHERE key = ?`, params: []param{pFrom}}
 	// One statement, hence one snapshot, for a latest single-key read: the
 	// revisions always come back, the row's columns are NULL for a missing
 	// key.

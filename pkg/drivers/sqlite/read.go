@@ -240,6 +240,21 @@ func (r *reader) Get(ctx context.Context, key []byte) (*mvccpb.KeyValue, error) 
 	return kv, nil
 }
 
+// GetMeta implements mvcc.RowMetaReader: Get from the live index alone.
+func (r *reader) GetMeta(ctx context.Context, key []byte) (*mvccpb.KeyValue, error) {
+	kv := &mvccpb.KeyValue{}
+	err := r.queryRow(ctx, true, qGetMeta,
+		[]any{blob{&kv.Key}, i64{&kv.CreateRevision}, i64{&kv.ModRevision}, i64{&kv.Version}, i64{&kv.Lease}},
+		nonNil(key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, r.fail("get without value", err)
+	}
+	return kv, nil
+}
+
 // GetLatest implements mvcc.Backend with one statement on a pooled read
 // connection and no transaction around it: SQLite runs a lone statement on
 // a snapshot of its own, so the row and the revisions agree.

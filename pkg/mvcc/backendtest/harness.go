@@ -215,6 +215,22 @@ func getOf(t *testing.T, tx mvcc.ReadTx, key string) *KV {
 	if err != nil {
 		t.Fatalf("Get(%q): %v", key, err)
 	}
+	// A driver that reads a row without its value (mvcc.RowMetaReader)
+	// must give the same row less the value.
+	if m, ok := tx.(mvcc.RowMetaReader); ok {
+		meta, err := m.GetMeta(context.Background(), []byte(key))
+		if err != nil {
+			t.Fatalf("GetMeta(%q): %v", key, err)
+		}
+		var want *mvccpb.KeyValue
+		if kv != nil {
+			want = &mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision,
+				ModRevision: kv.ModRevision, Version: kv.Version, Lease: kv.Lease}
+		}
+		if (meta == nil) != (want == nil) || meta != nil && (len(meta.Value) != 0 || plainKV(meta) != plainKV(want)) {
+			t.Fatalf("GetMeta(%q) = %v; want Get's row %v without its value", key, meta, kv)
+		}
+	}
 	if kv == nil {
 		return nil
 	}

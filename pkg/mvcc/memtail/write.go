@@ -261,13 +261,20 @@ func (w *writeTx) GetMeta(ctx context.Context, key []byte) (*mvccpb.KeyValue, er
 	if err := w.baseRead(ctx); err != nil {
 		return nil, err
 	}
-	kv, err := w.view.base.Get(ctx, key)
+	get := w.view.base.Get
+	if m, ok := w.view.base.(mvcc.RowMetaReader); ok {
+		get = m.GetMeta // SQLite's: the live index alone
+	}
+	kv, err := get(ctx, key)
 	if err != nil {
 		return nil, err
 	}
 	w.seen[k] = kv != nil
-	// Whole: remember keeps it without the value if no Get needs it.
-	w.fills[k] = clone(kv)
+	// A whole row a Get of this transaction read stays: remember caches
+	// it whole.
+	if _, ok := w.fills[k]; !ok {
+		w.fills[k] = withoutValue(kv)
+	}
 	return withoutValue(kv), nil
 }
 
