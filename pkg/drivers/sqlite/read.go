@@ -227,30 +227,26 @@ func (r *reader) Count(ctx context.Context, key, end []byte, rev int64) (int64, 
 
 // Get implements mvcc.ReadTx.
 func (r *reader) Get(ctx context.Context, key []byte) (*mvccpb.KeyValue, error) {
+	return r.get(ctx, key, true)
+}
+
+// GetMeta implements mvcc.RowMetaReader: Get from the live index alone.
+func (r *reader) GetMeta(ctx context.Context, key []byte) (*mvccpb.KeyValue, error) {
+	return r.get(ctx, key, false)
+}
+
+func (r *reader) get(ctx context.Context, key []byte, whole bool) (*mvccpb.KeyValue, error) {
 	kv := &mvccpb.KeyValue{}
-	err := r.queryRow(ctx, true, qGet,
-		[]any{blob{&kv.Key}, i64{&kv.CreateRevision}, i64{&kv.ModRevision}, i64{&kv.Version}, i64{&kv.Lease}, blob{&kv.Value}},
-		nonNil(key))
+	id, cols := qGetMeta, []any{blob{&kv.Key}, i64{&kv.CreateRevision}, i64{&kv.ModRevision}, i64{&kv.Version}, i64{&kv.Lease}}
+	if whole {
+		id, cols = qGet, append(cols, blob{&kv.Value})
+	}
+	err := r.queryRow(ctx, true, id, cols, nonNil(key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, r.fail("get", err)
-	}
-	return kv, nil
-}
-
-// GetMeta implements mvcc.RowMetaReader: Get from the live index alone.
-func (r *reader) GetMeta(ctx context.Context, key []byte) (*mvccpb.KeyValue, error) {
-	kv := &mvccpb.KeyValue{}
-	err := r.queryRow(ctx, true, qGetMeta,
-		[]any{blob{&kv.Key}, i64{&kv.CreateRevision}, i64{&kv.ModRevision}, i64{&kv.Version}, i64{&kv.Lease}},
-		nonNil(key))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, r.fail("get without value", err)
 	}
 	return kv, nil
 }

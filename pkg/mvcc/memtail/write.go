@@ -194,23 +194,50 @@ func (w *writeTx) liveAfter(key string) bool {
 // The cache holds the newest committed row of a key, as the tail does,
 // but in one lookup instead of one per batch.
 func (w *writeTx) Get(ctx context.Context, key []byte) (*mvccpb.KeyValue, error) {
+	return w.read(ctx, key, true)
+}
+
+// GetMeta implements mvcc.RowMetaReader: Get for a put or delete that
+// needs no value, answered by a row the cache keeps without one too.
+func (w *writeTx) GetMeta(ctx context.Context, key []byte) (*mvccpb.KeyValue, error) {
+	return w.read(ctx, key, false)
+}
+
+// read is Get (whole) or GetMeta. The rows it returns are the caller's.
+func (w *writeTx) read(ctx context.Context, key []byte, whole bool) (*mvccpb.KeyValue, error) {
+	out := withoutValue
+	if whole {
+		out = clone
+	}
 	if w.direct != nil {
-		return w.direct.Get(ctx, key)
+		kv, err := w.direct.Get(ctx, key)
+		if whole {
+			return kv, err
+		}
+		return withoutValue(kv), err
 	}
 	k := string(key)
-	w.metaOnly[k] = false
+	if whole {
+		w.metaOnly[k] = false
+	} else if _, ok := w.metaOnly[k]; !ok {
+		w.metaOnly[k] = true
+	}
 	if o, ok := w.open.keyAt(k, maxRev); ok {
 		kv, _ := o.live()
-		return clone(kv), nil
+		return out(kv), nil
 	}
-	if kv, ok := w.b.rows.get(k); ok {
-		w.seen[k] = kv != nil
+	cached, ok := w.b.rows.getMeta(k)
+	if whole {
+		cached, ok = w.b.rows.get(k)
+	}
+	if ok {
+		w.seen[k] = cached != nil
 		w.used = append(w.used, k)
-		return clone(kv), nil
+		return out(cached), nil
 	}
 	if o, ok := w.newest(k, maxRev); ok {
 		kv, _ := o.live()
-		return clone(kv), nil
+		return out(kv), nil
 	}
 	if !w.b.live.mayHold(k) {
 		// A creation: nothing to read.
@@ -220,49 +247,8 @@ func (w *writeTx) Get(ctx context.Context, key []byte) (*mvccpb.KeyValue, error)
 	if err := w.baseRead(ctx); err != nil {
 		return nil, err
 	}
-	kv, err := w.view.base.Get(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	w.seen[k] = kv != nil
-	// A copy: the caller may change the row it gets.
-	w.fills[k] = clone(kv)
-	return kv, nil
-}
-
-// GetMeta implements mvcc.RowMetaReader: Get for a put or delete that
-// needs no value, answered by a row the cache keeps without one too.
-func (w *writeTx) GetMeta(ctx context.Context, key []byte) (*mvccpb.KeyValue, error) {
-	if w.direct != nil {
-		kv, err := w.direct.Get(ctx, key)
-		return withoutValue(kv), err
-	}
-	k := string(key)
-	if _, ok := w.metaOnly[k]; !ok {
-		w.metaOnly[k] = true
-	}
-	if o, ok := w.open.keyAt(k, maxRev); ok {
-		kv, _ := o.live()
-		return withoutValue(kv), nil
-	}
-	if kv, ok := w.b.rows.getMeta(k); ok {
-		w.seen[k] = kv != nil
-		w.used = append(w.used, k)
-		return withoutValue(kv), nil
-	}
-	if o, ok := w.newest(k, maxRev); ok {
-		kv, _ := o.live()
-		return withoutValue(kv), nil
-	}
-	if !w.b.live.mayHold(k) {
-		w.seen[k] = false
-		return nil, nil
-	}
-	if err := w.baseRead(ctx); err != nil {
-		return nil, err
-	}
 	get := w.view.base.Get
-	if m, ok := w.view.base.(mvcc.RowMetaReader); ok {
+	if m, ok := w.view.base.(mvcc.RowMetaReader); ok && !whole {
 		get = m.GetMeta // SQLite's: the live index alone
 	}
 	kv, err := get(ctx, key)
@@ -270,12 +256,15 @@ func (w *writeTx) GetMeta(ctx context.Context, key []byte) (*mvccpb.KeyValue, er
 		return nil, err
 	}
 	w.seen[k] = kv != nil
-	// A whole row a Get of this transaction read stays: remember caches
-	// it whole.
-	if _, ok := w.fills[k]; !ok {
-		w.fills[k] = withoutValue(kv)
+	// A copy for the cache. A whole row a Get of this transaction read
+	// stays: remember caches it whole.
+	if _, filled := w.fills[k]; whole || !filled {
+		w.fills[k] = out(kv)
 	}
-	return withoutValue(kv), nil
+	if !whole {
+		return withoutValue(kv), nil // a base without GetMeta gave the value
+	}
+	return kv, nil
 }
 
 // baseRead opens the transaction's read of the base, if it has none yet,
