@@ -42,12 +42,18 @@ type evaluator struct {
 	prevValues bool
 }
 
-// liveMeta returns the live row of key for a put or delete that needs its
-// value only if want (the request asks for it) or a watcher may: otherwise
-// the row may come without its value, and partial says so. A txn reads
-// whole rows: its compares and reads share them (liveRow).
+// wholeRows says whether a put or delete reads the rows it replaces with
+// their values: when the request asks for them (want), a watcher may send
+// them, or it runs in a txn, whose compares and reads share its rows
+// (liveRow).
+func (a *evaluator) wholeRows(want bool) bool {
+	return want || a.prevValues || a.before != nil || a.checked != nil
+}
+
+// liveMeta returns the live row of key for a put or delete, without its
+// value unless wholeRows(want); partial says it lacks the value.
 func (a *evaluator) liveMeta(key []byte, want bool) (kv *mvccpb.KeyValue, partial bool, err error) {
-	if want || a.prevValues || a.before != nil || a.checked != nil {
+	if a.wholeRows(want) {
 		kv, err = a.liveRow(key)
 		return kv, false, err
 	}
@@ -246,7 +252,7 @@ func (a *evaluator) rowsToDelete(d *pb.DeleteRangeRequest) (kvs []*mvccpb.KeyVal
 			return []*mvccpb.KeyValue{kv}, false, nil
 		}
 	}
-	partial = !d.PrevKv && !a.prevValues && a.before == nil && a.checked == nil
+	partial = !a.wholeRows(d.PrevKv)
 	if partial && len(d.RangeEnd) == 0 {
 		kv, p, err := a.liveMeta(d.Key, false)
 		if err != nil || kv == nil {

@@ -262,9 +262,10 @@ type writeTx struct {
 
 var _ mvcc.RowMetaReader = (*writeTx)(nil)
 
-// GetMeta implements mvcc.RowMetaReader for the memtail under it, which
-// keeps rows read so without their values; a database without one is
-// asked Get.
+// GetMeta implements mvcc.RowMetaReader, which the embedded interface
+// would hide: memtail keeps rows read so without their values, SQLite
+// reads them from its live index alone. Both member databases have it;
+// anything else is asked Get.
 func (t *writeTx) GetMeta(ctx context.Context, key []byte) (*mvccpb.KeyValue, error) {
 	if m, ok := t.AppliedWriteTx.(mvcc.RowMetaReader); ok {
 		return m.GetMeta(ctx, key)

@@ -230,6 +230,8 @@ func (r *reader) Get(ctx context.Context, key []byte) (*mvccpb.KeyValue, error) 
 	return r.get(ctx, key, true)
 }
 
+var _ mvcc.RowMetaReader = (*reader)(nil) // and so writeTx, which embeds it
+
 // GetMeta implements mvcc.RowMetaReader: Get from the live index alone.
 func (r *reader) GetMeta(ctx context.Context, key []byte) (*mvccpb.KeyValue, error) {
 	return r.get(ctx, key, false)

@@ -1,5 +1,8 @@
 package memtail
 
+// WithoutValue is withoutValue, for the tests' expected rows.
+var WithoutValue = withoutValue
+
 // RowCacheValueBytes is the bytes of values b's row cache holds, read
 // under the writer lock.
 func RowCacheValueBytes(b *Backend) int64 {

@@ -212,7 +212,7 @@ func (m *staleModel) check(when string) {
 			// whole read below (nor the next round's) without it.
 			meta, err := tx.(mvcc.RowMetaReader).GetMeta(ctx, []byte(k))
 			m.must(err, when+": GetMeta")
-			if (meta == nil) != (want == nil) || meta != nil && (meta.Value != nil || !sameRow(meta, withoutValue(want))) {
+			if (meta == nil) != (want == nil) || meta != nil && (meta.Value != nil || !sameRow(meta, memtail.WithoutValue(want))) {
 				m.t.Fatalf("%s, round %d: GetMeta(%s) = %v; want %v without its value", when, round, k, meta, want)
 			}
 			got, err := tx.Get(ctx, []byte(k))
@@ -290,12 +290,4 @@ func sameRow(a, b *mvccpb.KeyValue) bool {
 	}
 	return bytes.Equal(a.Key, b.Key) && bytes.Equal(a.Value, b.Value) && a.CreateRevision == b.CreateRevision &&
 		a.ModRevision == b.ModRevision && a.Version == b.Version && a.Lease == b.Lease
-}
-
-func withoutValue(kv *mvccpb.KeyValue) *mvccpb.KeyValue {
-	if kv == nil {
-		return nil
-	}
-	return &mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision,
-		ModRevision: kv.ModRevision, Version: kv.Version, Lease: kv.Lease}
 }

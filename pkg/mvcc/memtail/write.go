@@ -568,11 +568,7 @@ func (w *writeTx) Range(ctx context.Context, key, end []byte, rev, limit int64, 
 		return nil, err
 	}
 	if len(end) == 0 && rev >= cur && rev >= w.newestRev {
-		get := w.Get
-		if keysOnly {
-			get = w.GetMeta
-		}
-		kv, err := get(ctx, key)
+		kv, err := w.read(ctx, key, !keysOnly)
 		if err != nil || kv == nil {
 			return nil, err
 		}
