@@ -109,6 +109,9 @@ type Backend struct {
 	wconn  *sql.Conn   // pinned: the only connection that writes
 	wstmts []*sql.Stmt // every statement, prepared on wconn
 
+	// idx is the log's index by key (keyindex.go), built in Open.
+	idx *keyIndex
+
 	// rdb holds the read connections: ReadConns of them are pinned in
 	// readers (each with its statements prepared once), one more serves
 	// Size.
@@ -228,6 +231,9 @@ func (b *Backend) openWriter(ctx context.Context, opts Options) error {
 		return fmt.Errorf("journal mode is %q, want wal", mode)
 	}
 	if err := migrate(ctx, b.wconn); err != nil {
+		return err
+	}
+	if b.idx, err = loadKeyIndex(ctx, b.wconn); err != nil {
 		return err
 	}
 	b.wstmts = make([]*sql.Stmt, numStmts)
@@ -379,13 +385,17 @@ func (b *Backend) beginRead(ctx context.Context) (*readTx, error) {
 	if err != nil {
 		return nil, fmt.Errorf("begin read: wait for connection: %w", err)
 	}
+	// Registered before the snapshot is taken: rows a compaction removes
+	// after this stay in the key index until Rollback.
+	gen := b.idx.beginRead()
 	// The transaction outlives the ctx of this call: the caller ends it with
 	// Rollback, and each read honours its own ctx.
 	if _, err := rc.begin.ExecContext(context.WithoutCancel(ctx)); err != nil {
+		b.idx.endRead(gen)
 		b.readers.put(rc)
 		return nil, fmt.Errorf("begin read: %w", err)
 	}
-	r := &readTx{reader: reader{stmts: rc.stmts, defs: b.defs}, rc: rc, b: b}
+	r := &readTx{reader: reader{stmts: rc.stmts, defs: b.defs, idx: b.idx}, rc: rc, b: b, gen: gen}
 	var applied int64
 	if err := r.queryRow(ctx, true, qSnapshotState, []any{&r.current, &r.compacted, &applied}); err != nil {
 		return nil, errors.Join(fmt.Errorf("begin read: %w", r.fail("read revisions", err)), r.Rollback())
@@ -419,7 +429,7 @@ func (b *Backend) beginWrite(ctx context.Context) (*writeTx, error) {
 		b.unlockWriter()
 		return nil, fmt.Errorf("begin write: %w", err)
 	}
-	w := &writeTx{reader: reader{stmts: b.wstmts, defs: b.defs, sticky: true}, b: b}
+	w := &writeTx{reader: reader{stmts: b.wstmts, defs: b.defs, idx: b.idx, sticky: true}, b: b}
 	var err error
 	if w.current, w.compacted, err = w.reader.Revisions(ctx); err != nil {
 		return nil, errors.Join(fmt.Errorf("begin write: %w", err), w.Rollback())

@@ -12,8 +12,8 @@ import (
 // sub-revision) order, so ids only grow and id order is (rev, sub) order:
 // the log is one B-tree keyed by position, with no second index on (rev,
 // sub). live stores the id of a key's row, so reading a value is one rowid
-// seek; Changes and CompactBatch walk an id range; the historical index
-// kv_key is (key, rowid), which is (key, rev, sub).
+// seek; Changes and CompactBatch walk an id range; the key index
+// (keyindex.go) holds each key's ids, which are its (rev, sub) in order.
 //
 // The bounds: at most maxSub+1 (1,048,576) changes in one revision (a
 // DeleteRange or lease revoke of more keys fails with mvcc.ErrTooManyChanges and

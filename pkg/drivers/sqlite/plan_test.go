@@ -21,8 +21,8 @@ func TestQueryPlans(t *testing.T) {
 		if st.sql == "" || strings.HasPrefix(st.sql, "BEGIN") || st.sql == "COMMIT" || st.sql == "ROLLBACK" {
 			continue
 		}
-		// The values do not change the plan. Only qCompact numbers its
-		// placeholders (?1..?3).
+		// The values do not change the plan. Only qCompactCandidates
+		// numbers its placeholders (?1..?3).
 		n := strings.Count(st.sql, "?")
 		if strings.Contains(st.sql, "?3") {
 			n = 3
@@ -48,7 +48,10 @@ func TestQueryPlans(t *testing.T) {
 		text := strings.Join(plan, "\n")
 		for _, line := range plan {
 			bad := (strings.HasPrefix(line, "SCAN ") && !strings.HasPrefix(line, "SCAN k") &&
-				!strings.Contains(line, "CONSTANT ROW") && !strings.Contains(line, "VALUES CLAUSE")) ||
+				!strings.Contains(line, "CONSTANT ROW") && !strings.Contains(line, "VALUES CLAUSE") &&
+				// the ids a statement is given (json_each): a walk of
+				// its argument, not of a table
+				!strings.Contains(line, "VIRTUAL TABLE")) ||
 				strings.Contains(line, "TEMP B-TREE") || strings.HasPrefix(line, "MATERIALIZE")
 			// Leases and Alarms list their whole (small) tables by
 			// design; the unleased keys

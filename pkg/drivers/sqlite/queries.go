@@ -13,7 +13,8 @@ const (
 	qGetMeta
 	qGetLatest
 	qChanges
-	qChangesPrev
+	qRowsByID
+	qRowsByIDKeysOnly
 	qLeases
 	qLease
 	qLeaseKeys
@@ -21,19 +22,13 @@ const (
 	qUnleasedKeys
 	qSnapshotState
 	qAuthState
-	// qRange is the first of eight range variants, see rangeID.
+	// qRange is the first of four range variants, see rangeID.
 	qRange
 	_
 	_
 	_
-	_
-	_
-	_
-	_
-	// qCount is the first of four count variants, see countID.
+	// qCount is the first of two count variants, see countID.
 	qCount
-	_
-	_
 	_
 
 	// Statements from here on change the database and exist only on the
@@ -49,7 +44,8 @@ const (
 	qPutAlarm
 	qDeleteAlarm
 	qPutAuthState
-	qCompact
+	qCompactCandidates
+	qDeleteRows
 	qBegin
 	qCommit
 	qRollback
@@ -83,16 +79,17 @@ func b2i(b bool) stmtID {
 	return 0
 }
 
-// rangeID picks the Range variant: latest reads come from live, historical
-// ones from the log; open ranges ("\x00" end) have no upper bound, which
-// must be absent from the SQL rather than a sentinel so the index range stays
-// tight; keys-only variants never join the value.
-func rangeID(historical, open, keysOnly bool) stmtID {
-	return qRange + 4*b2i(historical) + 2*b2i(open) + b2i(keysOnly)
+// rangeID picks the variant of a latest Range, read from live (historical
+// ones find their rows through the key index, keyindex.go): open ranges
+// ("\x00" end) have no upper bound, which must be absent from the SQL
+// rather than a sentinel so the index range stays tight; keys-only
+// variants never join the value.
+func rangeID(open, keysOnly bool) stmtID {
+	return qRange + 2*b2i(open) + b2i(keysOnly)
 }
 
-func countID(historical, open bool) stmtID {
-	return qCount + 2*b2i(historical) + b2i(open)
+func countID(open bool) stmtID {
+	return qCount + b2i(open)
 }
 
 // The SQL below turns an id into its revision with "id >> 20": subBits.
@@ -130,8 +127,16 @@ func statements() []statement {
 		l.key, l.create_rev, l.id >> 20, l.version, l.lease, kv.value
 		FROM (VALUES (?)) AS k LEFT JOIN live AS l ON l.key = k.column1
 		LEFT JOIN kv ON kv.id = l.id`, params: []param{pFrom}}
-	s[qChanges] = statement{sql: changesSQL(false), params: []param{pFrom, pTo, pLimit}}
-	s[qChangesPrev] = statement{sql: changesSQL(true), params: []param{pFrom, pTo, pLimit}}
+	// The log in id order, that is (rev, sub) order, between two ids.
+	s[qChanges] = statement{sql: `SELECT id, key, create_rev, version, lease, deleted, value
+		FROM kv WHERE id >= ? AND id <= ? ORDER BY id LIMIT ?`, params: []param{pFrom, pTo, pLimit}}
+	// Rows by id, the ids given as a JSON array (rowsByID): one statement
+	// per page of a historical read instead of one per row. SQLite walks
+	// the array and seeks each id in kv's rowid.
+	s[qRowsByID] = statement{sql: `SELECT kv.id, kv.key, kv.create_rev, kv.version, kv.lease, kv.value
+		FROM json_each(?) AS j CROSS JOIN kv ON kv.id = j.value`}
+	s[qRowsByIDKeysOnly] = statement{sql: `SELECT kv.id, kv.key, kv.create_rev, kv.version, kv.lease
+		FROM json_each(?) AS j CROSS JOIN kv ON kv.id = j.value`}
 	s[qLeases] = statement{sql: `SELECT id, ttl FROM lease ORDER BY id`}
 	s[qLease] = statement{sql: `SELECT ttl FROM lease WHERE id = ?`, params: []param{pFrom}}
 	s[qAlarms] = statement{sql: `SELECT member, type FROM alarm ORDER BY member, type`}
@@ -141,13 +146,11 @@ func statements() []statement {
 	// The keys without a lease are not in live_leased: a walk of live. The
 	// server never asks for them (lease 0 is no lease).
 	s[qUnleasedKeys] = statement{sql: `SELECT key FROM live WHERE lease = 0 ORDER BY key`}
-	for _, hist := range []bool{false, true} {
-		for _, open := range []bool{false, true} {
-			for _, keysOnly := range []bool{false, true} {
-				s[rangeID(hist, open, keysOnly)] = rangeSQL(hist, open, keysOnly, false)
-			}
-			s[countID(hist, open)] = rangeSQL(hist, open, true, true)
+	for _, open := range []bool{false, true} {
+		for _, keysOnly := range []bool{false, true} {
+			s[rangeID(open, keysOnly)] = rangeSQL(open, keysOnly, false)
 		}
+		s[countID(open)] = rangeSQL(open, true, true)
 	}
 
 	s[qInsertPut] = statement{sql: `INSERT INTO kv
@@ -176,13 +179,13 @@ func statements() []statement {
 	s[qPutAlarm] = statement{sql: `INSERT INTO alarm (member, type) VALUES (?, ?)
 		ON CONFLICT (member, type) DO NOTHING`}
 	s[qDeleteAlarm] = statement{sql: `DELETE FROM alarm WHERE member = ? AND type = ?`}
-	// The id range (the step's revisions, bounded by the compacted one)
-	// walks the log's rowid; the EXISTS probe is one seek in kv_key. Both
-	// bounds keep a batch proportional to its revisions.
-	s[qCompact] = statement{sql: `DELETE FROM kv
-		WHERE id >= ?1 AND id <= ?2 AND id <= ?3
-		AND (deleted = 1 OR EXISTS (SELECT 1 FROM kv AS n
-			WHERE n.key = kv.key AND n.id > kv.id AND n.id <= ?3))`}
+	// A compaction step reads the rows of its revisions (an id range of
+	// the log's rowid, bounded by the compacted revision, so a step stays
+	// proportional to its revisions), judges each against the key index
+	// and deletes the superseded ones by id.
+	s[qCompactCandidates] = statement{sql: `SELECT id, key, deleted FROM kv
+		WHERE id >= ?1 AND id <= ?2 AND id <= ?3`}
+	s[qDeleteRows] = statement{sql: `DELETE FROM kv WHERE id IN (SELECT value FROM json_each(?))`}
 	// IMMEDIATE takes the write lock at BEGIN, so a conflict with another
 	// process surfaces here (after busy_timeout) instead of at the first
 	// write, halfway through a batch.
@@ -192,75 +195,30 @@ func statements() []statement {
 	return s
 }
 
-// rangeSQL builds one Range or Count variant.
-//
-// Latest reads scan live in key order and push LIMIT into SQL. Historical
-// reads skip from key to key through kv_key_rev with a recursive CTE (one
-// seek per distinct key, never a walk over each key's history), take the
-// newest row at or below the revision with one more seek, and drop
-// tombstones. The CTE is evaluated lazily as a co-routine, so LIMIT stops the
-// walk early.
-func rangeSQL(historical, open, keysOnly, count bool) statement {
+// rangeSQL builds one latest Range or Count variant: a scan of live in
+// key order with LIMIT pushed into SQL.
+func rangeSQL(open, keysOnly, count bool) statement {
 	var b strings.Builder
-	var params []param
-	upper := func(col string) {
-		if !open {
-			b.WriteString(" AND " + col + " < ?")
-			params = append(params, pTo)
-		}
-	}
+	params := []param{pFrom}
 	cols := "SELECT COUNT(*)"
 	if !count {
 		cols = "SELECT t.key, t.create_rev, t.id >> 20, t.version, t.lease"
 		if !keysOnly {
-			cols += ", v.value"
+			cols += ", kv.value"
 		}
 	}
-	if !historical {
-		b.WriteString(strings.ReplaceAll(cols, "v.value", "kv.value") + " FROM live AS t")
-		if !keysOnly {
-			b.WriteString(" CROSS JOIN kv ON kv.id = t.id")
-		}
-		b.WriteString(" WHERE t.key >= ?")
-		params = append(params, pFrom)
-		upper("t.key")
-		if !count {
-			b.WriteString(" ORDER BY t.key LIMIT ?")
-			params = append(params, pLimit)
-		}
-		return statement{sql: b.String(), params: params}
+	b.WriteString(cols + " FROM live AS t")
+	if !keysOnly {
+		b.WriteString(" CROSS JOIN kv ON kv.id = t.id")
 	}
-	b.WriteString("WITH RECURSIVE k(key) AS (SELECT (SELECT key FROM kv WHERE key >= ?")
-	params = append(params, pFrom)
-	upper("key")
-	b.WriteString(" ORDER BY key LIMIT 1) UNION ALL SELECT (SELECT key FROM kv WHERE key > k.key")
-	upper("key")
-	b.WriteString(" ORDER BY key LIMIT 1) FROM k WHERE k.key IS NOT NULL) ")
-	b.WriteString(strings.ReplaceAll(cols, "v.value", "t.value"))
-	b.WriteString(` FROM k CROSS JOIN kv AS t ON t.id = (SELECT h.id FROM kv AS h
-		WHERE h.key = k.key AND h.id <= ? ORDER BY h.id DESC LIMIT 1)
-		WHERE t.deleted = 0`)
-	params = append(params, pRev)
+	b.WriteString(" WHERE t.key >= ?")
+	if !open {
+		b.WriteString(" AND t.key < ?")
+		params = append(params, pTo)
+	}
 	if !count {
-		b.WriteString(" LIMIT ?")
+		b.WriteString(" ORDER BY t.key LIMIT ?")
 		params = append(params, pLimit)
 	}
 	return statement{sql: b.String(), params: params}
-}
-
-// changesSQL reads the log in id order, that is (rev, sub) order, between
-// two ids. The previous row of each change is one backwards seek in kv_key;
-// a previous tombstone counts as no previous row, as a key that did not
-// exist has no prev_kv in etcd.
-func changesSQL(withPrev bool) string {
-	const cols = `SELECT c.id, c.key, c.create_rev, c.version, c.lease, c.deleted, c.value`
-	if !withPrev {
-		return cols + ` FROM kv AS c WHERE c.id >= ? AND c.id <= ? ORDER BY c.id LIMIT ?`
-	}
-	return cols + `, IFNULL(p.id >> 20, 0), IFNULL(p.create_rev, 0), IFNULL(p.version, 0),
-		IFNULL(p.lease, 0), p.value
-		FROM kv AS c LEFT JOIN kv AS p ON p.id = (SELECT h.id FROM kv AS h
-			WHERE h.key = c.key AND h.id < c.id ORDER BY h.id DESC LIMIT 1)
-			AND p.deleted = 0
-		WHERE c.id >= ? AND c.id <= ? ORDER BY c.id LIMIT ?`
 }

@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"strconv"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -18,6 +19,7 @@ import (
 type reader struct {
 	stmts []*sql.Stmt // prepared on the transaction's connection
 	defs  []statement
+	idx   *keyIndex
 
 	// latest is the newest revision with rows. A read at or above it is a
 	// latest read and is served from live; the write transaction raises it
@@ -39,6 +41,7 @@ type readTx struct {
 	b                  *Backend
 	current, compacted int64  // read once at BeginRead
 	applied            uint64 // likewise: the snapshot's applied index
+	gen                uint64 // the key index's generation at BeginRead
 	done               bool
 }
 
@@ -170,7 +173,10 @@ func (r *reader) rangeArgs(id stmtID, from, to []byte, rev, limit int64) []any {
 // Range implements mvcc.ReadTx.
 func (r *reader) Range(ctx context.Context, key, end []byte, rev, limit int64, keysOnly bool) ([]*mvccpb.KeyValue, error) {
 	from, to, open := span(key, end)
-	id := rangeID(rev < r.latest, open, keysOnly)
+	if rev < r.latest {
+		return r.rangeAt(ctx, from, to, open, rev, limit, keysOnly)
+	}
+	id := rangeID(open, keysOnly)
 	rows, err := r.query(ctx, isShort(limit), id, r.rangeArgs(id, from, to, rev, limit)...)
 	if err != nil {
 		return nil, r.fail("range", err)
@@ -214,10 +220,108 @@ func (r *reader) Range(ctx context.Context, key, end []byte, rev, limit int64, k
 	return kvs, nil
 }
 
+// rangeAt is a historical Range: the key index names the row of each key
+// at rev, and the rows are read by id.
+func (r *reader) rangeAt(ctx context.Context, from, to []byte, open bool, rev, limit int64, keysOnly bool) ([]*mvccpb.KeyValue, error) {
+	var ids []int64
+	r.idx.scan(from, to, open, lastID(rev), func(id int64) bool {
+		ids = append(ids, id)
+		return limit <= 0 || int64(len(ids)) < limit
+	})
+	kvs, err := r.rowsByID(ctx, ids, !keysOnly)
+	if err != nil {
+		return nil, r.fail("range", err)
+	}
+	return kvs, nil
+}
+
+// idPage is how many ids one statement of rowsByID or CompactBatch names.
+const idPage = 512
+
+// idList is ids as the JSON array json_each reads.
+func idList(ids []int64) string {
+	b := make([]byte, 0, len(ids)*17+2)
+	b = append(b, '[')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, id, 10)
+	}
+	return string(append(b, ']'))
+}
+
+// rowsByID reads the rows with the given ids, in that order. Every id must
+// name a row of the snapshot: the key index gave it, for a revision the
+// snapshot holds.
+func (r *reader) rowsByID(ctx context.Context, ids []int64, values bool) ([]*mvccpb.KeyValue, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	chunk := make([]mvccpb.KeyValue, len(ids))
+	kvs := make([]*mvccpb.KeyValue, len(ids))
+	at := make(map[int64]int, min(len(ids), idPage))
+	id := qRowsByIDKeysOnly
+	if values {
+		id = qRowsByID
+	}
+	for start := 0; start < len(ids); start += idPage {
+		page := ids[start:min(start+idPage, len(ids))]
+		clear(at)
+		for i, rowID := range page {
+			at[rowID] = start + i
+		}
+		rows, err := r.query(ctx, true, id, idList(page))
+		if err != nil {
+			return nil, err
+		}
+		var (
+			rowID, create, version, lease int64
+			key, value                    []byte
+		)
+		dest := []any{&rowID, blob{&key}, i64{&create}, i64{&version}, i64{&lease}}
+		if values {
+			dest = append(dest, blob{&value})
+		}
+		n := 0
+		for rows.Next() {
+			if err := rows.Scan(dest...); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("scan: %w", err)
+			}
+			i, ok := at[rowID]
+			if !ok {
+				rows.Close()
+				return nil, fmt.Errorf("row %d read but not asked for", rowID)
+			}
+			kv := &chunk[i]
+			kv.Key, kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease, kv.Value =
+				key, create, revOf(rowID), version, lease, value
+			kvs[i] = kv
+			n++
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return nil, err
+		}
+		if n != len(page) {
+			return nil, fmt.Errorf("the key index names %d rows, the log holds %d of them", len(page), n)
+		}
+	}
+	return kvs, nil
+}
+
 // Count implements mvcc.ReadTx.
 func (r *reader) Count(ctx context.Context, key, end []byte, rev int64) (int64, error) {
 	from, to, open := span(key, end)
-	id := countID(rev < r.latest, open)
+	if rev < r.latest {
+		if err := r.check(); err != nil {
+			return 0, err
+		}
+		var n int64
+		r.idx.scan(from, to, open, lastID(rev), func(int64) bool { n++; return true })
+		return n, nil
+	}
+	id := countID(open)
 	var n int64
 	if err := r.queryRow(ctx, false, id, []any{&n}, r.rangeArgs(id, from, to, rev, 0)...); err != nil {
 		return 0, r.fail("count", err)
@@ -321,37 +425,33 @@ func asBytes(v driver.Value) []byte {
 	return nil
 }
 
-// Changes implements mvcc.ReadTx.
+// Changes implements mvcc.ReadTx. The previous row of each change is the
+// key index's row before it, read by id; a previous tombstone counts as no
+// previous row, as a key that did not exist has no prev_kv in etcd.
 func (r *reader) Changes(ctx context.Context, fromRev, toRev int64, limit int, withPrev bool) ([]mvcc.Change, error) {
-	id := qChanges
-	if withPrev {
-		id = qChangesPrev
-	}
 	lim := int64(limit)
 	if lim <= 0 {
 		lim = -1
 	}
-	rows, err := r.query(ctx, isShort(lim), id, firstID(fromRev), lastID(toRev), lim)
+	rows, err := r.query(ctx, isShort(lim), qChanges, firstID(fromRev), lastID(toRev), lim)
 	if err != nil {
 		return nil, r.fail("read changes", err)
 	}
 	defer rows.Close()
-	var out []mvcc.Change
+	var (
+		out     []mvcc.Change
+		prevIDs []int64 // of the changes that have a previous row
+		prevOf  []int   // the change each of prevIDs belongs to
+	)
 	for rows.Next() {
 		var (
 			c       mvcc.Change
 			rowID   int64
 			deleted bool
 			kv      = &mvccpb.KeyValue{}
-			prev    = &mvccpb.KeyValue{}
 		)
-		dest := []any{&rowID, &kv.Key, &kv.CreateRevision, &kv.Version,
-			&kv.Lease, &deleted, &kv.Value}
-		if withPrev {
-			dest = append(dest, &prev.ModRevision, &prev.CreateRevision, &prev.Version,
-				&prev.Lease, &prev.Value)
-		}
-		if err := rows.Scan(dest...); err != nil {
+		if err := rows.Scan(&rowID, &kv.Key, &kv.CreateRevision, &kv.Version,
+			&kv.Lease, &deleted, &kv.Value); err != nil {
 			return nil, r.fail("read changes: scan", err)
 		}
 		kv.ModRevision, c.Sub = revOf(rowID), subOf(rowID)
@@ -359,14 +459,22 @@ func (r *reader) Changes(ctx context.Context, fromRev, toRev int64, limit int, w
 			kv = &mvccpb.KeyValue{Key: kv.Key, ModRevision: kv.ModRevision}
 		}
 		c.Deleted, c.KV = deleted, kv
-		if prev.ModRevision != 0 {
-			prev.Key = kv.Key
-			c.PrevKV = prev
+		if withPrev {
+			if p := r.idx.prev(kv.Key, rowID); p != 0 {
+				prevIDs, prevOf = append(prevIDs, p), append(prevOf, len(out))
+			}
 		}
 		out = append(out, c)
 	}
-	if err := rows.Err(); err != nil {
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return nil, r.fail("read changes", err)
+	}
+	prevs, err := r.rowsByID(ctx, prevIDs, true)
+	if err != nil {
+		return nil, r.fail("read changes: previous rows", err)
+	}
+	for i, p := range prevs {
+		out[prevOf[i]].PrevKV = p
 	}
 	return out, nil
 }
@@ -479,6 +587,7 @@ func (t *readTx) Rollback() error {
 		return nil
 	}
 	t.done = true
+	defer t.b.idx.endRead(t.gen)
 	_, err := t.rc.rollback.ExecContext(context.Background())
 	if err == nil {
 		t.b.readers.put(t.rc)

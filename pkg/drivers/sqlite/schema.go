@@ -20,11 +20,14 @@ const schemaVersion = 2
 //     appended at its right edge, and revision order is id order. deleted
 //     sits before value so that reading the flag of a row with a large value
 //     never walks the value's overflow pages.
-//   - kv_key serves historical reads and previous rows: an index on key
-//     carries the rowid, so it is ordered by (key, rev, sub) and the newest
-//     row of a key at or below a revision is one seek. One revision may hold
-//     two rows of a key (a txn can delete a key through a from-key range and
-//     put it again); their ids differ by sub.
+//   - the log has no index on key: historical reads, previous rows and the
+//     compaction find a key's rows through the key index, which is held in
+//     memory and rebuilt from kv at open (keyindex.go). Files written
+//     before it had an index kv_key, which migrate drops (a kite of that
+//     time opening the file again creates it again: the schema version is
+//     the same). One revision may hold two rows of a key (a txn can delete
+//     a key through a from-key range and put it again); their ids differ
+//     by sub.
 //   - live holds the newest non-tombstone row of each key without its value,
 //     so latest reads, counts and keys-only ranges never touch the log; its
 //     id finds the value with one rowid seek.
@@ -42,7 +45,7 @@ var schema = []string{
 		deleted    INTEGER NOT NULL,
 		value      BLOB    NOT NULL
 	)`,
-	`CREATE INDEX IF NOT EXISTS kv_key ON kv (key)`,
+	`DROP INDEX IF EXISTS kv_key`,
 	`CREATE TABLE IF NOT EXISTS live (
 		key        BLOB    NOT NULL PRIMARY KEY,
 		id         INTEGER NOT NULL,

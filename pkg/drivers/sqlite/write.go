@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -25,6 +26,10 @@ type writeTx struct {
 	// current and compacted are the stored revisions: read at BEGIN, then
 	// changed only by SetRevisions, so Revisions needs no query.
 	current, compacted int64
+	// added are the rows this transaction put into the key index, taken
+	// out again if it does not commit; removed are the rows its
+	// compaction steps deleted, taken out of the index once it commits.
+	added, removed []keyID
 }
 
 // Revisions implements mvcc.ReadTx.
@@ -77,6 +82,7 @@ func (w *writeTx) Put(ctx context.Context, kv *mvccpb.KeyValue, sub int64) error
 		kv.CreateRevision, kv.Version, kv.Lease, value); err != nil {
 		return err
 	}
+	w.index(key, id, false)
 	if _, err := w.exec(ctx, "put: update live index", qUpsertLive, key, id,
 		kv.CreateRevision, kv.Version, kv.Lease); err != nil {
 		return err
@@ -98,11 +104,22 @@ func (w *writeTx) Delete(ctx context.Context, key []byte, rev, sub int64) error 
 	if _, err := w.exec(ctx, "delete: append tombstone", qInsertTombstone, id, key); err != nil {
 		return err
 	}
+	w.index(key, id, true)
 	if _, err := w.exec(ctx, "delete: update live index", qDeleteLive, key); err != nil {
 		return err
 	}
 	w.raise(rev)
 	return nil
+}
+
+// index adds a row just appended to the key index. Reads see it only from
+// a snapshot that holds it (keyindex.go); Rollback takes it out again.
+func (w *writeTx) index(key []byte, id int64, deleted bool) {
+	w.b.idx.add(key, id, deleted)
+	if deleted {
+		id = -id
+	}
+	w.added = append(w.added, keyID{key: string(key), id: id})
 }
 
 // changeID is the row id of change sub of revision rev, or the error that
@@ -180,9 +197,49 @@ func (w *writeTx) DeleteAlarm(ctx context.Context, a *pb.AlarmMember) error {
 //
 // Rows are judged one by one, so the walk must cover every revision still in
 // the log, from the oldest: a row kept by an earlier compaction because it
-// was live then is superseded now.
+// was live then is superseded now. A row goes when it is a tombstone or
+// the key index knows a newer row of its key at or below compacted.
 func (w *writeTx) CompactBatch(ctx context.Context, compacted, fromRev, toRev int64) (int64, error) {
-	return w.exec(ctx, "compact", qCompact, firstID(fromRev), lastID(toRev), lastID(compacted))
+	rows, err := w.query(ctx, true, qCompactCandidates, firstID(fromRev), lastID(toRev), lastID(compacted))
+	if err != nil {
+		return 0, w.fail("compact: read rows", err)
+	}
+	maxID := lastID(compacted)
+	var gone []keyID
+	for rows.Next() {
+		var (
+			id      int64
+			key     []byte
+			deleted bool
+		)
+		if err := rows.Scan(&id, blob{&key}, &deleted); err != nil {
+			rows.Close()
+			return 0, w.fail("compact: read rows", err)
+		}
+		if deleted || w.idx.superseded(key, id, maxID) {
+			if deleted {
+				id = -id
+			}
+			gone = append(gone, keyID{key: string(key), id: id})
+		}
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return 0, w.fail("compact: read rows", err)
+	}
+	var n int64
+	for page := range slices.Chunk(gone, idPage) {
+		ids := make([]int64, len(page))
+		for i, k := range page {
+			ids[i] = abs(k.id)
+		}
+		m, err := w.exec(ctx, "compact: delete rows", qDeleteRows, idList(ids))
+		if err != nil {
+			return n, err
+		}
+		n += m
+	}
+	w.removed = append(w.removed, gone...)
+	return n, nil
 }
 
 // Commit implements mvcc.WriteTx. On failure it rolls back, so the
@@ -204,6 +261,8 @@ func (w *writeTx) Commit() error {
 	if observe := w.b.observeCommit.Load(); observe != nil {
 		(*observe)(time.Since(start))
 	}
+	w.added = nil
+	w.b.idx.queuePrune(w.removed)
 	w.end()
 	w.b.ckpt.kick()
 	return nil
@@ -229,5 +288,7 @@ func (w *writeTx) Rollback() error {
 
 func (w *writeTx) end() {
 	w.done = true
+	// Before the next writer may append rows with the same ids.
+	w.b.idx.remove(w.added)
 	w.b.unlockWriter()
 }
