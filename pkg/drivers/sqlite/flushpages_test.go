@@ -20,7 +20,7 @@ import (
 // rows, as memtail flushes them. pages/row is the WAL frames a row costs
 // (every page the transaction dirtied is written once at its COMMIT, and
 // copied again by the next checkpoint): the kv row's share of its page,
-// plus the kv_key and live index pages it lands on, which random keys
+// plus the live index pages it lands on, which random keys
 // spread over the whole index. A flush of more rows shares those pages.
 func BenchmarkFlushPages(b *testing.B) {
 	for _, rows := range []int{100, 300, 1000, 3000} {

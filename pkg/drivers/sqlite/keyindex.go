@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -138,22 +139,12 @@ func (x *keyIndex) add(key []byte, id int64, deleted bool) {
 		r.ids = append(r.ids, id) // the writer appends in id order
 		return
 	}
-	i, found := slices.BinarySearchFunc(r.ids, abs(id), func(e, t int64) int { return cmpInt(abs(e), t) })
+	i, found := find(r.ids, abs(id))
 	if found {
 		r.ids[i] = id
 		return
 	}
 	r.ids = slices.Insert(r.ids, i, id)
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // remove takes rows out: the writer's rows of a transaction rolled back,
@@ -171,7 +162,7 @@ func (x *keyIndex) remove(rows []keyID) {
 				continue
 			}
 		}
-		i, found := slices.BinarySearchFunc(r.ids, abs(k.id), func(e, t int64) int { return cmpInt(abs(e), t) })
+		i, found := find(r.ids, abs(k.id))
 		if !found {
 			continue
 		}
@@ -188,9 +179,14 @@ func (x *keyIndex) remove(rows []keyID) {
 	}
 }
 
+// find is where id (positive) is, or would be, in ids.
+func find(ids []int64, id int64) (int, bool) {
+	return slices.BinarySearchFunc(ids, id, func(e, t int64) int { return cmp.Compare(abs(e), t) })
+}
+
 // visible is the newest of ids at or below maxID (0 if none).
 func visible(ids []int64, maxID int64) int64 {
-	i, found := slices.BinarySearchFunc(ids, maxID, func(e, t int64) int { return cmpInt(abs(e), t) })
+	i, found := find(ids, maxID)
 	if found {
 		return ids[i]
 	}
