@@ -163,7 +163,7 @@ func (x *keyIndex) remove(rows []keyID) {
 			}
 		}
 		i, found := find(r.ids, abs(k.id))
-		if !found {
+		if !found || r.ids[i] != k.id {
 			continue
 		}
 		r.ids = slices.Delete(r.ids, i, i+1)
@@ -182,6 +182,13 @@ func (x *keyIndex) remove(rows []keyID) {
 // find is where id (positive) is, or would be, in ids.
 func find(ids []int64, id int64) (int, bool) {
 	return slices.BinarySearchFunc(ids, id, func(e, t int64) int { return cmp.Compare(abs(e), t) })
+}
+
+// replace takes the rows of y, an index rebuilt from the log.
+func (x *keyIndex) replace(y *keyIndex) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.tree = y.tree
 }
 
 // visible is the newest of ids at or below maxID (0 if none).

@@ -30,6 +30,25 @@ type writeTx struct {
 	// out again if it does not commit; removed are the rows its
 	// compaction steps deleted, taken out of the index once it commits.
 	added, removed []keyID
+	// maxRemoved is the largest id removed; rewrote says the transaction
+	// writes the log again below it (see rewrite).
+	maxRemoved int64
+	rewrote    bool
+}
+
+// rewrite is called before the transaction writes a row or a revision
+// at or below a row it removed: it writes history again (only kite copy
+// --force does, emptying a target and filling it from revision 1). The
+// deferred removal would then leave the removed rows' ids, which the new
+// rows reuse, in the index; so they go at once. A read begun before on
+// this Backend then loses the compacted rows its snapshot still holds,
+// which no server meets: none serves a copy's target while it is filled.
+// Should the transaction not commit, Rollback rebuilds the index.
+func (w *writeTx) rewrite() {
+	if len(w.removed) > 0 {
+		w.b.idx.remove(w.removed)
+		w.removed, w.rewrote = nil, true
+	}
 }
 
 // Revisions implements mvcc.ReadTx.
@@ -82,6 +101,9 @@ func (w *writeTx) Put(ctx context.Context, kv *mvccpb.KeyValue, sub int64) error
 		kv.CreateRevision, kv.Version, kv.Lease, value); err != nil {
 		return err
 	}
+	if id <= w.maxRemoved {
+		w.rewrite()
+	}
 	w.index(key, id, false)
 	if _, err := w.exec(ctx, "put: update live index", qUpsertLive, key, id,
 		kv.CreateRevision, kv.Version, kv.Lease); err != nil {
@@ -103,6 +125,9 @@ func (w *writeTx) Delete(ctx context.Context, key []byte, rev, sub int64) error 
 	}
 	if _, err := w.exec(ctx, "delete: append tombstone", qInsertTombstone, id, key); err != nil {
 		return err
+	}
+	if id <= w.maxRemoved {
+		w.rewrite()
 	}
 	w.index(key, id, true)
 	if _, err := w.exec(ctx, "delete: update live index", qDeleteLive, key); err != nil {
@@ -144,6 +169,9 @@ func (b *Backend) CheckChange(rev, sub int64) error {
 func (w *writeTx) SetRevisions(ctx context.Context, current, compacted int64) error {
 	if _, err := w.exec(ctx, "set revisions", qSetRevisions, current, compacted); err != nil {
 		return err
+	}
+	if lastID(current) < w.maxRemoved {
+		w.rewrite()
 	}
 	w.current, w.compacted = current, compacted
 	w.raise(current)
@@ -220,6 +248,7 @@ func (w *writeTx) CompactBatch(ctx context.Context, compacted, fromRev, toRev in
 			if deleted {
 				id = -id
 			}
+			w.maxRemoved = max(w.maxRemoved, abs(id))
 			gone = append(gone, keyID{key: string(key), id: id})
 		}
 	}
@@ -274,7 +303,18 @@ func (w *writeTx) Rollback() error {
 		return nil
 	}
 	defer w.end()
-	if _, err := w.stmts[qRollback].ExecContext(context.Background()); err != nil {
+	_, err := w.stmts[qRollback].ExecContext(context.Background())
+	if w.rewrote {
+		// The removals already left the index (rewrite): read it again
+		// from the log as it is after the rollback.
+		x, lerr := loadKeyIndex(context.Background(), w.b.wconn)
+		if lerr != nil {
+			return errors.Join(fmt.Errorf("rollback: %w", lerr), err)
+		}
+		w.b.idx.replace(x)
+		w.added = nil
+	}
+	if err != nil {
 		// After a failed statement or COMMIT, SQLite may already have rolled
 		// back, and then ROLLBACK fails with "no transaction is active": the outcome
 		// the caller wants.
