@@ -24,14 +24,15 @@ import (
 // itself is appended at the right edge of its B-tree. etcd keeps the same
 // index in memory (its treeIndex) over a bbolt keyed by revision, and
 // rebuilds it at start from the log, as Open does here (loadKeyIndex).
-// Its cost is a key's bytes and about 80 bytes per key, plus 8 per row.
+// Its cost, measured at 1,000,000 keys of 38 bytes, is about 130 bytes of
+// heap per key with one row, plus 8 per further row.
 //
 // Which rows a read sees is decided by its snapshot, not by the index:
 // every lookup takes the largest id the read may see (lastID of its
 // revision, at most its snapshot's current), so the writer's rows, added
 // as it appends them, are invisible to every snapshot that does not hold
 // them. Rows the writer rolls back are taken out again before it lets
-// the next writer in (writeTx.Rollback). Rows the compaction removes from
+// the next writer in (writeTx.end). Rows the compaction removes from
 // kv leave the index only once no read that began before their removal
 // committed is still open (queuePrune): such a read's snapshot still has
 // them and may still be asked for them.
@@ -127,14 +128,11 @@ func (x *keyIndex) rowsOf(key string, create bool) *keyRows {
 	return probe
 }
 
-// add records a row the writer appended.
-func (x *keyIndex) add(key []byte, id int64, deleted bool) {
-	if deleted {
-		id = -id
-	}
+// add records a row the writer appended (id negated for a tombstone).
+func (x *keyIndex) add(key string, id int64) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	r := x.rowsOf(string(key), true)
+	r := x.rowsOf(key, true)
 	if n := len(r.ids); n == 0 || abs(r.ids[n-1]) < abs(id) {
 		r.ids = append(r.ids, id) // the writer appends in id order
 		return

@@ -137,3 +137,67 @@ func TestRolledBackRowsLeaveTheIndex(t *testing.T) {
 		t.Fatalf("Changes(2, 2) = %v, %v; want the put of c, with no previous row", changes, err)
 	}
 }
+
+// TestRewriteRolledBackRestoresTheIndex: a transaction that compacts
+// every row and writes the log again from revision 1 (kite copy --force)
+// takes the removed rows out of the key index at once; if it rolls back,
+// the index must answer from the log as it was.
+func TestRewriteRolledBackRestoresTheIndex(t *testing.T) {
+	ctx := context.Background()
+	b := mustOpen(t, filepath.Join(t.TempDir(), "kite.db"))
+	tx, err := b.BeginWrite(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rev := int64(1); rev <= 3; rev++ {
+		kv := &mvccpb.KeyValue{Key: []byte("a"), Value: []byte(fmt.Sprint(rev)), CreateRevision: 1, ModRevision: rev, Version: rev}
+		if err := tx.Put(ctx, kv, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Delete(ctx, []byte("a"), 4, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.SetRevisions(ctx, 4, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+
+	tx, err = b.BeginWrite(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := tx.CompactBatch(ctx, 4, 0, 4); err != nil || n != 4 {
+		t.Fatalf("CompactBatch = %d, %v; want 4 rows", n, err)
+	}
+	if err := tx.SetRevisions(ctx, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	kv := &mvccpb.KeyValue{Key: []byte("b"), Value: []byte("b"), CreateRevision: 1, ModRevision: 1, Version: 1}
+	if err := tx.Put(ctx, kv, 0); err != nil {
+		t.Fatal(err)
+	}
+	if kvs, err := tx.Range(ctx, []byte{0}, []byte{0}, 1, 0, false); err != nil || len(kvs) != 1 || string(kvs[0].Key) != "b" {
+		t.Fatalf("inside the rewrite, Range at 1 = %v, %v; want b alone", kvs, err)
+	}
+	if err := tx.SetRevisions(ctx, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+
+	rtx, err := b.BeginRead(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rtx.Rollback()
+	for rev := int64(1); rev <= 3; rev++ {
+		kvs, err := rtx.Range(ctx, []byte{0}, []byte{0}, rev, 0, false)
+		if err != nil || len(kvs) != 1 || string(kvs[0].Key) != "a" || string(kvs[0].Value) != fmt.Sprint(rev) {
+			t.Fatalf("after the rollback, Range at %d = %v, %v; want a@%d alone", rev, kvs, err, rev)
+		}
+	}
+}

@@ -140,11 +140,12 @@ func (w *writeTx) Delete(ctx context.Context, key []byte, rev, sub int64) error 
 // index adds a row just appended to the key index. Reads see it only from
 // a snapshot that holds it (keyindex.go); Rollback takes it out again.
 func (w *writeTx) index(key []byte, id int64, deleted bool) {
-	w.b.idx.add(key, id, deleted)
 	if deleted {
 		id = -id
 	}
-	w.added = append(w.added, keyID{key: string(key), id: id})
+	k := keyID{key: string(key), id: id} // one string for the tree and the list
+	w.b.idx.add(k.key, k.id)
+	w.added = append(w.added, k)
 }
 
 // changeID is the row id of change sub of revision rev, or the error that
