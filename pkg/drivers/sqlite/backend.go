@@ -103,7 +103,7 @@ type Backend struct {
 	path string
 	opts Options
 	log  *slog.Logger
-	defs []statement // SQL and params of every statement, by stmtID
+	defs []string // the SQL of every statement, by stmtID
 
 	wdb    *sql.DB
 	wconn  *sql.Conn   // pinned: the only connection that writes
@@ -111,6 +111,13 @@ type Backend struct {
 
 	// idx is the log's index by key (keyindex.go), built in Open.
 	idx *keyIndex
+	// committed is the current revision as of the last commit: where
+	// GetLatest asks the key index first.
+	committed atomic.Int64
+	// leased is the table leased as the writer sees it, key to lease, so
+	// that a put of a key without a lease looks there only when the key had
+	// one. Only the writer, holding writeSem, uses it.
+	leased map[string]int64
 
 	// rdb holds the read connections: ReadConns of them are pinned in
 	// readers (each with its statements prepared once), one more serves
@@ -236,11 +243,44 @@ func (b *Backend) openWriter(ctx context.Context, opts Options) error {
 	if b.idx, err = loadKeyIndex(ctx, b.wconn); err != nil {
 		return err
 	}
+	if err := b.loadWriterState(ctx); err != nil {
+		return err
+	}
 	b.wstmts = make([]*sql.Stmt, numStmts)
 	for id, st := range b.defs {
-		if b.wstmts[id], err = b.wconn.PrepareContext(ctx, st.sql); err != nil {
+		if b.wstmts[id], err = b.wconn.PrepareContext(ctx, st); err != nil {
 			return fmt.Errorf("prepare writer statement %d: %w", id, err)
 		}
+	}
+	return nil
+}
+
+// loadWriterState reads what the writer keeps in memory besides the key
+// index: the committed revision and the leased keys.
+func (b *Backend) loadWriterState(ctx context.Context) error {
+	var current int64
+	if err := b.wconn.QueryRowContext(ctx, `SELECT value FROM meta WHERE name = 'current'`).Scan(&current); err != nil {
+		return fmt.Errorf("read current revision: %w", err)
+	}
+	b.committed.Store(current)
+	rows, err := b.wconn.QueryContext(ctx, b.defs[qLeasedKeys])
+	if err != nil {
+		return fmt.Errorf("read lease keys: %w", err)
+	}
+	defer rows.Close()
+	b.leased = map[string]int64{}
+	for rows.Next() {
+		var (
+			key   []byte
+			lease int64
+		)
+		if err := rows.Scan(&key, &lease); err != nil {
+			return fmt.Errorf("read lease keys: %w", err)
+		}
+		b.leased[string(key)] = lease
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read lease keys: %w", err)
 	}
 	return nil
 }
@@ -311,7 +351,7 @@ func (b *Backend) openReadConn(ctx context.Context) (*readConn, error) {
 	}
 	rc := &readConn{conn: conn, stmts: make([]*sql.Stmt, firstWrite)}
 	for id, st := range b.defs[:firstWrite] {
-		if rc.stmts[id], err = conn.PrepareContext(ctx, st.sql); err != nil {
+		if rc.stmts[id], err = conn.PrepareContext(ctx, st); err != nil {
 			return nil, errors.Join(fmt.Errorf("prepare read statement %d: %w", id, err), rc.close())
 		}
 	}
@@ -326,7 +366,7 @@ func (b *Backend) openReadConn(ctx context.Context) (*readConn, error) {
 		if !ok {
 			return fmt.Errorf("driver connection %T cannot prepare with a context", dc)
 		}
-		st, err := pc.PrepareContext(ctx, b.defs[qGetLatest].sql)
+		st, err := pc.PrepareContext(ctx, b.defs[qGetLatest])
 		if err != nil {
 			return err
 		}
@@ -395,7 +435,7 @@ func (b *Backend) beginRead(ctx context.Context) (*readTx, error) {
 		b.readers.put(rc)
 		return nil, fmt.Errorf("begin read: %w", err)
 	}
-	r := &readTx{reader: reader{stmts: rc.stmts, defs: b.defs, idx: b.idx}, rc: rc, b: b, gen: gen}
+	r := &readTx{reader: reader{stmts: rc.stmts, idx: b.idx}, rc: rc, b: b, gen: gen}
 	var applied int64
 	if err := r.queryRow(ctx, true, qSnapshotState, []any{&r.current, &r.compacted, &applied}); err != nil {
 		return nil, errors.Join(fmt.Errorf("begin read: %w", r.fail("read revisions", err)), r.Rollback())
@@ -429,7 +469,7 @@ func (b *Backend) beginWrite(ctx context.Context) (*writeTx, error) {
 		b.unlockWriter()
 		return nil, fmt.Errorf("begin write: %w", err)
 	}
-	w := &writeTx{reader: reader{stmts: b.wstmts, defs: b.defs, idx: b.idx, sticky: true}, b: b}
+	w := &writeTx{reader: reader{stmts: b.wstmts, idx: b.idx, sticky: true}, b: b}
 	var err error
 	if w.current, w.compacted, err = w.reader.Revisions(ctx); err != nil {
 		return nil, errors.Join(fmt.Errorf("begin write: %w", err), w.Rollback())

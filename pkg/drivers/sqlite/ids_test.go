@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"math"
 	"path/filepath"
 	"strings"
@@ -100,7 +101,7 @@ func TestOldSchemaRefused(t *testing.T) {
 		b.Close()
 		t.Fatal("Open of a version 1 file: no error")
 	}
-	if !strings.Contains(err.Error(), "schema version 1, this kite reads version 2") {
+	if want := fmt.Sprintf("schema version 1, this kite reads version %d", schemaVersion); !strings.Contains(err.Error(), want) {
 		t.Fatalf("Open of a version 1 file: %v", err)
 	}
 }

@@ -13,9 +13,10 @@ import (
 
 // keyIndex is the log's index by key, held in memory: for every key with
 // rows in kv, the ids of those rows in ascending order, a tombstone's id
-// negated. Historical reads, the previous row of each change and the
-// compaction's "is this row superseded?" are answered from it, and the
-// row itself is then one rowid seek in kv.
+// negated. Every read by key (latest or historical, a range, a count, a
+// get), the previous row of each change and the compaction's "is this row
+// superseded?" are answered from it, and the row itself is then one rowid
+// seek in kv.
 //
 // Why in memory: an index of kv on key (the schema had one, kv_key) is
 // a descent and an insert into a leaf that random keys scatter for every
@@ -201,15 +202,15 @@ func visible(ids []int64, maxID int64) int64 {
 	return ids[i-1]
 }
 
-// scan calls f, in key order, with the id of the newest row at or below
-// maxID of every key in [from, to) (no upper bound when open) that is
-// live there, until f returns false.
-func (x *keyIndex) scan(from, to []byte, open bool, maxID int64, f func(id int64) bool) {
+// scan calls f, in key order, with the key and the id of the newest row
+// at or below maxID of every key in [from, to) (no upper bound when open)
+// that is live there, until f returns false.
+func (x *keyIndex) scan(from, to []byte, open bool, maxID int64, f func(key string, id int64) bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	each := func(r *keyRows) bool {
 		if id := visible(r.ids, maxID); id > 0 {
-			return f(id)
+			return f(r.key, id)
 		}
 		return true
 	}
@@ -218,6 +219,18 @@ func (x *keyIndex) scan(from, to []byte, open bool, maxID int64, f func(id int64
 		return
 	}
 	x.tree.AscendRange(&keyRows{key: string(from)}, &keyRows{key: string(to)}, each)
+}
+
+// newest is the id of key's newest row at or below maxID: negative for a
+// tombstone, 0 if the key has none.
+func (x *keyIndex) newest(key []byte, maxID int64) int64 {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	r, ok := x.tree.Get(&keyRows{key: string(key)})
+	if !ok {
+		return 0
+	}
+	return visible(r.ids, maxID)
 }
 
 // prev is the id of the row of key just before id, if that row is live

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -18,12 +19,12 @@ import (
 // connection their statements run on differs.
 type reader struct {
 	stmts []*sql.Stmt // prepared on the transaction's connection
-	defs  []statement
 	idx   *keyIndex
 
-	// latest is the newest revision with rows. A read at or above it is a
-	// latest read and is served from live; the write transaction raises it
-	// as it appends rows.
+	// latest is the newest revision the transaction sees rows of: a read
+	// transaction's snapshot, raised by a write transaction as it appends
+	// rows. A read at or above it sees every row of the key index up to
+	// it, none beyond (maxID).
 	latest int64
 
 	// sticky makes the first error final (write transactions): SQLite may
@@ -130,101 +131,37 @@ func (r *reader) Revisions(ctx context.Context) (current, compacted int64, err e
 	return current, compacted, nil
 }
 
-// span turns etcd's range end into SQL bounds: a single key becomes
-// [key, key+"\x00"), the only key between the two in bytewise order; "\x00"
-// has no upper bound. A nil key must still bind as an empty BLOB, since NULL
-// compares as unknown and would match nothing.
+// span turns etcd's range end into the key index's bounds: a single key
+// becomes [key, key+"\x00"), the only key between the two in bytewise
+// order; "\x00" has no upper bound.
 func span(key, end []byte) (from, to []byte, open bool) {
-	from = key
-	if from == nil {
-		from = []byte{}
-	}
 	switch {
 	case len(end) == 0:
-		return from, append(append(make([]byte, 0, len(key)+1), key...), 0), false
+		return key, append(append(make([]byte, 0, len(key)+1), key...), 0), false
 	case len(end) == 1 && end[0] == 0:
-		return from, nil, true
+		return key, nil, true
 	default:
-		return from, end, false
+		return key, end, false
 	}
 }
 
-func (r *reader) rangeArgs(id stmtID, from, to []byte, rev, limit int64) []any {
-	if limit <= 0 {
-		limit = -1 // SQLite: no limit
-	}
-	params := r.defs[id].params
-	args := make([]any, len(params))
-	for i, p := range params {
-		switch p {
-		case pFrom:
-			args[i] = from
-		case pTo:
-			args[i] = to
-		case pRev:
-			args[i] = lastID(rev)
-		case pLimit:
-			args[i] = limit
-		}
-	}
-	return args
-}
+// maxID is the largest id a read at rev may see: the last of rev, or of
+// the newest revision with rows for a read at or above it (a read
+// transaction's snapshot; a write transaction's own rows included).
+func (r *reader) maxID(rev int64) int64 { return lastID(min(rev, r.latest)) }
 
-// Range implements mvcc.ReadTx.
-func (r *reader) Range(ctx context.Context, key, end []byte, rev, limit int64, keysOnly bool) ([]*mvccpb.KeyValue, error) {
-	from, to, open := span(key, end)
-	if rev < r.latest {
-		return r.rangeAt(ctx, from, to, open, rev, limit, keysOnly)
-	}
-	id := rangeID(open, keysOnly)
-	rows, err := r.query(ctx, isShort(limit), id, r.rangeArgs(id, from, to, rev, limit)...)
-	if err != nil {
-		return nil, r.fail("range", err)
-	}
-	defer rows.Close()
-	var kvs []*mvccpb.KeyValue
-	if limit > 0 {
-		kvs = make([]*mvccpb.KeyValue, 0, min(limit, 1024))
-	}
-	// The rows of a page are allocated together, a chunk at a time, and
-	// scanned through one reused destination list: per-row allocations were
-	// a fifth of a long list's CPU.
-	var chunk []mvccpb.KeyValue
-	dest := make([]any, 6)
-	if keysOnly {
-		dest = dest[:5]
-	}
-	for rows.Next() {
-		if len(chunk) == 0 {
-			n := 64
-			if limit > 0 {
-				n = int(min(limit-int64(len(kvs)), 256))
-			}
-			chunk = make([]mvccpb.KeyValue, max(n, 1))
-		}
-		kv := &chunk[0]
-		chunk = chunk[1:]
-		dest[0], dest[1], dest[2], dest[3], dest[4] = blob{&kv.Key},
-			i64{&kv.CreateRevision}, i64{&kv.ModRevision}, i64{&kv.Version}, i64{&kv.Lease}
-		if !keysOnly {
-			dest[5] = blob{&kv.Value}
-		}
-		if err := rows.Scan(dest...); err != nil {
-			return nil, r.fail("range: scan", err)
-		}
-		kvs = append(kvs, kv)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, r.fail("range", err)
-	}
-	return kvs, nil
-}
-
-// rangeAt is a historical Range: the key index names the row of each key
+// Range implements mvcc.ReadTx: the key index names the row of each key
 // at rev, and the rows are read by id.
-func (r *reader) rangeAt(ctx context.Context, from, to []byte, open bool, rev, limit int64, keysOnly bool) ([]*mvccpb.KeyValue, error) {
+func (r *reader) Range(ctx context.Context, key, end []byte, rev, limit int64, keysOnly bool) ([]*mvccpb.KeyValue, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	from, to, open := span(key, end)
 	var ids []int64
-	r.idx.scan(from, to, open, lastID(rev), func(id int64) bool {
+	if limit > 0 {
+		ids = make([]int64, 0, min(limit, 1024))
+	}
+	r.idx.scan(from, to, open, r.maxID(rev), func(_ string, id int64) bool {
 		ids = append(ids, id)
 		return limit <= 0 || int64(len(ids)) < limit
 	})
@@ -310,22 +247,17 @@ func (r *reader) rowsByID(ctx context.Context, ids []int64, values bool) ([]*mvc
 	return kvs, nil
 }
 
-// Count implements mvcc.ReadTx.
+// Count implements mvcc.ReadTx, from the key index alone.
 func (r *reader) Count(ctx context.Context, key, end []byte, rev int64) (int64, error) {
+	if err := r.check(); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	from, to, open := span(key, end)
-	if rev < r.latest {
-		if err := r.check(); err != nil {
-			return 0, err
-		}
-		var n int64
-		r.idx.scan(from, to, open, lastID(rev), func(int64) bool { n++; return true })
-		return n, nil
-	}
-	id := countID(open)
 	var n int64
-	if err := r.queryRow(ctx, false, id, []any{&n}, r.rangeArgs(id, from, to, rev, 0)...); err != nil {
-		return 0, r.fail("count", err)
-	}
+	r.idx.scan(from, to, open, r.maxID(rev), func(string, int64) bool { n++; return true })
 	return n, nil
 }
 
@@ -336,20 +268,27 @@ func (r *reader) Get(ctx context.Context, key []byte) (*mvccpb.KeyValue, error) 
 
 var _ mvcc.RowMetaReader = (*reader)(nil) // and so writeTx, which embeds it
 
-// GetMeta implements mvcc.RowMetaReader: Get from the live index alone.
+// GetMeta implements mvcc.RowMetaReader: Get without reading the value.
 func (r *reader) GetMeta(ctx context.Context, key []byte) (*mvccpb.KeyValue, error) {
 	return r.get(ctx, key, false)
 }
 
 func (r *reader) get(ctx context.Context, key []byte, whole bool) (*mvccpb.KeyValue, error) {
-	kv := &mvccpb.KeyValue{}
-	id, cols := qGetMeta, []any{blob{&kv.Key}, i64{&kv.CreateRevision}, i64{&kv.ModRevision}, i64{&kv.Version}, i64{&kv.Lease}}
-	if whole {
-		id, cols = qGet, append(cols, blob{&kv.Value})
+	if err := r.check(); err != nil {
+		return nil, err
 	}
-	err := r.queryRow(ctx, true, id, cols, nonNil(key))
-	if errors.Is(err, sql.ErrNoRows) {
+	id := r.idx.newest(key, lastID(r.latest))
+	if id <= 0 {
 		return nil, nil
+	}
+	kv := &mvccpb.KeyValue{ModRevision: revOf(id)}
+	stmt, cols := qRowMetaByID, []any{blob{&kv.Key}, i64{&kv.CreateRevision}, i64{&kv.Version}, i64{&kv.Lease}}
+	if whole {
+		stmt, cols = qRowByID, append(cols, blob{&kv.Value})
+	}
+	err := r.queryRow(ctx, true, stmt, cols, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = fmt.Errorf("the key index names row %d of key %q, the log does not hold it", id, key)
 	}
 	if err != nil {
 		return nil, r.fail("get", err)
@@ -359,53 +298,96 @@ func (r *reader) get(ctx context.Context, key []byte, whole bool) (*mvccpb.KeyVa
 
 // GetLatest implements mvcc.Backend with one statement on a pooled read
 // connection and no transaction around it: SQLite runs a lone statement on
-// a snapshot of its own, so the row and the revisions agree.
+// a snapshot of its own, so the row and the revisions agree. The key index
+// names the row before that snapshot is taken, from the newest revision
+// committed then; the answer stands when the index, asked again at the
+// snapshot's revision, names the same row. A commit in between (rare:
+// the two are microseconds apart) is met by asking again, and a key
+// written faster than that by a read transaction, whose snapshot is
+// pinned before the index is asked.
 func (b *Backend) GetLatest(ctx context.Context, key []byte) (*mvccpb.KeyValue, int64, int64, error) {
 	if b.closed.Load() {
 		return nil, 0, 0, mvcc.ErrClosed
 	}
+	key = nonNil(key)
+	kv, current, compacted, ok, err := b.getLatest(ctx, key)
+	if err != nil || ok {
+		return kv, current, compacted, err
+	}
+	tx, err := b.beginRead(ctx)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("get latest: %w", err)
+	}
+	defer tx.Rollback()
+	if kv, err = tx.Get(ctx, key); err != nil {
+		return nil, 0, 0, fmt.Errorf("get latest: %w", err)
+	}
+	return kv, tx.current, tx.compacted, nil
+}
+
+// getLatestTries is how often getLatest asks before GetLatest takes a
+// read transaction.
+const getLatestTries = 3
+
+// getLatest is GetLatest's lone statement; ok is false when the key index
+// named another row each time.
+func (b *Backend) getLatest(ctx context.Context, key []byte) (kv *mvccpb.KeyValue, current, compacted int64, ok bool, err error) {
 	rc, err := b.readers.get(ctx)
 	if err != nil {
-		return nil, 0, 0, fmt.Errorf("get latest: wait for connection: %w", err)
+		return nil, 0, 0, false, fmt.Errorf("get latest: wait for connection: %w", err)
 	}
 	defer b.readers.put(rc)
 	// One key: short, see stmtCtx.
 	if err := ctx.Err(); err != nil {
-		return nil, 0, 0, fmt.Errorf("get latest: %w", err)
+		return nil, 0, 0, false, fmt.Errorf("get latest: %w", err)
 	}
-	var (
-		current, compacted int64
-		kv                 *mvccpb.KeyValue
-	)
-	// The commonest request runs on the driver connection itself: through
-	// database/sql (the statement lookup, argument conversion, Rows and
-	// Scan) it cost about a fifth of a get's CPU.
-	err = rc.conn.Raw(func(any) error {
-		rows, err := rc.getLatest.QueryContext(context.Background(),
-			[]driver.NamedValue{{Ordinal: 1, Value: nonNil(key)}})
-		if err != nil {
-			return err
-		}
-		var row [8]driver.Value
-		err = rows.Next(row[:])
-		if cerr := rows.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return err // io.EOF included: the statement always returns one row
-		}
-		current, compacted = asInt(row[0]), asInt(row[1])
-		if row[4] == nil { // no live row: the key does not exist
+	// Registered as a read is: a row the snapshot holds stays in the index
+	// while it is asked.
+	gen := b.idx.beginRead()
+	defer b.idx.endRead(gen)
+	id := b.idx.newest(key, lastID(b.committed.Load()))
+	for range getLatestTries {
+		kv = nil
+		// The commonest request runs on the driver connection itself:
+		// through database/sql (the statement lookup, argument conversion,
+		// Rows and Scan) it cost about a fifth of a get's CPU.
+		err = rc.conn.Raw(func(any) error {
+			rows, err := rc.getLatest.QueryContext(context.Background(),
+				[]driver.NamedValue{{Ordinal: 1, Value: max(id, 0)}})
+			if err != nil {
+				return err
+			}
+			var row [7]driver.Value
+			err = rows.Next(row[:])
+			if cerr := rows.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err // io.EOF included: the statement always returns one row
+			}
+			current, compacted = asInt(row[0]), asInt(row[1])
+			if row[2] != nil {
+				kv = &mvccpb.KeyValue{Key: asBytes(row[2]), CreateRevision: asInt(row[3]),
+					ModRevision: revOf(id), Version: asInt(row[4]), Lease: asInt(row[5]), Value: asBytes(row[6])}
+			}
 			return nil
+		})
+		if err != nil {
+			return nil, 0, 0, false, fmt.Errorf("get latest: %w", err)
 		}
-		kv = &mvccpb.KeyValue{Key: asBytes(row[2]), CreateRevision: asInt(row[3]),
-			ModRevision: asInt(row[4]), Version: asInt(row[5]), Lease: asInt(row[6]), Value: asBytes(row[7])}
-		return nil
-	})
-	if err != nil {
-		return nil, 0, 0, fmt.Errorf("get latest: %w", err)
+		want := b.idx.newest(key, lastID(current))
+		switch {
+		case want <= 0 && id <= 0: // no live row at the snapshot: no key
+			return nil, current, compacted, true, nil
+		case want != id:
+			id = want
+		case kv == nil || !bytes.Equal(kv.Key, key):
+			return nil, 0, 0, false, fmt.Errorf("get latest: the key index names row %d of key %q, the log does not hold it", id, key)
+		default:
+			return kv, current, compacted, true, nil
+		}
 	}
-	return kv, current, compacted, nil
+	return nil, 0, 0, false, nil
 }
 
 // asInt and asBytes read the values a modernc driver row holds for INTEGER
@@ -535,31 +517,61 @@ func (r *reader) Alarms(ctx context.Context) ([]*pb.AlarmMember, error) {
 	return out, nil
 }
 
-// LeaseKeys implements mvcc.ReadTx.
+// LeaseKeys implements mvcc.ReadTx. Lease 0 (no lease) asks for the live
+// keys that are not in leased: the key index's, less those. The server
+// never asks for them.
 func (r *reader) LeaseKeys(ctx context.Context, id int64) ([][]byte, error) {
-	var rows *sql.Rows
-	var err error
-	if id == 0 {
-		rows, err = r.query(ctx, false, qUnleasedKeys)
-	} else {
-		rows, err = r.query(ctx, false, qLeaseKeys, id)
+	if id != 0 {
+		keys, _, err := r.leasedKeys(ctx, qLeaseKeys, id)
+		return keys, err
 	}
+	_, leased, err := r.leasedKeys(ctx, qLeasedKeys)
 	if err != nil {
-		return nil, r.fail("read lease keys", err)
+		return nil, err
+	}
+	var out [][]byte
+	r.idx.scan(nil, nil, true, lastID(r.latest), func(key string, _ int64) bool {
+		if _, ok := leased[key]; !ok {
+			out = append(out, []byte(key))
+		}
+		return true
+	})
+	return out, nil
+}
+
+// leasedKeys runs qLeaseKeys (keys in order) or qLeasedKeys (keys and
+// their leases, as a set).
+func (r *reader) leasedKeys(ctx context.Context, stmt stmtID, args ...any) ([][]byte, map[string]int64, error) {
+	rows, err := r.query(ctx, false, stmt, args...)
+	if err != nil {
+		return nil, nil, r.fail("read lease keys", err)
 	}
 	defer rows.Close()
-	var out [][]byte
+	var (
+		keys [][]byte
+		set  map[string]int64
+		k    []byte
+		l    int64
+	)
+	dest := []any{blob{&k}}
+	if stmt == qLeasedKeys {
+		set = map[string]int64{}
+		dest = append(dest, i64{&l})
+	}
 	for rows.Next() {
-		var k []byte
-		if err := rows.Scan(&k); err != nil {
-			return nil, r.fail("read lease keys: scan", err)
+		if err := rows.Scan(dest...); err != nil {
+			return nil, nil, r.fail("read lease keys: scan", err)
 		}
-		out = append(out, k)
+		if set != nil {
+			set[string(k)] = l
+		} else {
+			keys = append(keys, k)
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, r.fail("read lease keys", err)
+		return nil, nil, r.fail("read lease keys", err)
 	}
-	return out, nil
+	return keys, set, nil
 }
 
 // AuthState implements mvcc.ReadTx. An empty state that was stored comes

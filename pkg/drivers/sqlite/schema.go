@@ -9,9 +9,12 @@ import (
 
 // schemaVersion is stored in meta so that a file written by an incompatible
 // kite is refused instead of misread. Version 2 keys the log by position
-// (ids.go); version 1 files (kv keyed by (rev, sub)) are refused, not
-// migrated.
-const schemaVersion = 2
+// (ids.go); version 3 drops the table of live rows (live), whose rows the
+// key index now answers, keeping only its leased keys (leased). Version 1
+// files (kv keyed by (rev, sub)) are refused, not migrated; version 2 files
+// are migrated at open (migrateFrom2). A kite that reads version 2 only
+// refuses a version 3 file: it would find no live row for any key.
+const schemaVersion = 3
 
 // schema is the revision log and its indexes.
 //
@@ -19,22 +22,22 @@ const schemaVersion = 2
 //     (rev<<20 | sub, see ids.go): the rowid, so the log is a single B-tree
 //     appended at its right edge, and revision order is id order. deleted
 //     sits before value so that reading the flag of a row with a large value
-//     never walks the value's overflow pages.
-//   - the log has no index on key: historical reads, previous rows and the
-//     compaction find a key's rows through the key index, which is held in
-//     memory and rebuilt from kv at open (keyindex.go). Files written
-//     before it had an index kv_key, which migrate drops (a kite of that
-//     time opening the file again creates it again: the schema version is
-//     the same). One revision may hold two rows of a key (a txn can delete
-//     a key through a from-key range and put it again); their ids differ
-//     by sub.
-//   - live holds the newest non-tombstone row of each key without its value,
-//     so latest reads, counts and keys-only ranges never touch the log; its
-//     id finds the value with one rowid seek.
-//   - live_leased serves LeaseKeys; a WITHOUT ROWID secondary index already
-//     carries the key, so its order is (lease, key). It is partial: keys
-//     without a lease (most of them) are not in it, so a put of such a key
-//     does not write a page of it.
+//     never walks the value's overflow pages; so do the columns a read
+//     without values (keys only, a count, a put's look at the row it
+//     replaces) needs.
+//   - the log has no index on key: every read by key, latest or
+//     historical, the previous rows and the compaction find a key's rows
+//     through the key index, which is held in memory and rebuilt from kv at
+//     open (keyindex.go), and then read the row by id. Files written before
+//     it had an index kv_key, which migrate drops, and a table live of the
+//     newest row of each key, which migrateFrom2 drops. One revision may
+//     hold two rows of a key (a txn can delete a key through a from-key
+//     range and put it again); their ids differ by sub.
+//   - leased holds the live keys that have a lease, by lease then key, for
+//     LeaseKeys (a revoke deletes them, TimeToLive lists them). Keys without
+//     a lease (most of them) are not in it, so a put of such a key writes
+//     nothing but its kv row, unless the key had a lease before. The writer
+//     knows which keys are in it (Backend.leased).
 var schema = []string{
 	`CREATE TABLE IF NOT EXISTS kv (
 		id         INTEGER NOT NULL PRIMARY KEY,
@@ -46,14 +49,11 @@ var schema = []string{
 		value      BLOB    NOT NULL
 	)`,
 	`DROP INDEX IF EXISTS kv_key`,
-	`CREATE TABLE IF NOT EXISTS live (
-		key        BLOB    NOT NULL PRIMARY KEY,
-		id         INTEGER NOT NULL,
-		create_rev INTEGER NOT NULL,
-		version    INTEGER NOT NULL,
-		lease      INTEGER NOT NULL
+	`CREATE TABLE IF NOT EXISTS leased (
+		lease INTEGER NOT NULL,
+		key   BLOB    NOT NULL,
+		PRIMARY KEY (lease, key)
 	) WITHOUT ROWID`,
-	`CREATE INDEX IF NOT EXISTS live_leased ON live (lease) WHERE lease != 0`,
 	`CREATE TABLE IF NOT EXISTS lease (
 		id  INTEGER NOT NULL PRIMARY KEY,
 		ttl INTEGER NOT NULL
@@ -64,6 +64,20 @@ var schema = []string{
 		type   INTEGER NOT NULL,
 		PRIMARY KEY (member, type)
 	) WITHOUT ROWID`,
+}
+
+// migrateFrom2 turns a version 2 file into version 3, inside migrate's
+// transaction: the leased keys of live move to leased, and live (with its
+// index live_leased) goes. Every other table is the same in both.
+var migrateFrom2 = []string{
+	`CREATE TABLE leased (
+		lease INTEGER NOT NULL,
+		key   BLOB    NOT NULL,
+		PRIMARY KEY (lease, key)
+	) WITHOUT ROWID`,
+	`INSERT INTO leased (lease, key) SELECT lease, key FROM live WHERE lease != 0`,
+	`DROP TABLE live`,
+	`UPDATE meta SET value = 3 WHERE name = 'schema_version'`,
 }
 
 // metaTable is the same in every schema version: it is created first, and
@@ -81,8 +95,8 @@ var schema = []string{
 // lives in the row's overflow pages, which the lookups of the other rows
 // never read. Every row is read by name, never all of meta at once, so the
 // row needs no schema change: a file written before it existed opens as it
-// is (no row: no state, until the first PutAuthState), and schema_version
-// stays 2.
+// is (no row: no state, until the first PutAuthState); the row came
+// with version 2 and needed no new version.
 const metaTable = `CREATE TABLE IF NOT EXISTS meta (
 		name  TEXT    NOT NULL PRIMARY KEY,
 		value INTEGER NOT NULL
@@ -117,6 +131,12 @@ func migrate(ctx context.Context, conn *sql.Conn) (err error) {
 		err = nil
 	case err != nil:
 		return fmt.Errorf("read schema version: %w", err)
+	case v == 2:
+		for _, stmt := range migrateFrom2 {
+			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("migrate schema version 2 to 3: %w", err)
+			}
+		}
 	case v != schemaVersion:
 		return fmt.Errorf("database schema version %d, this kite reads version %d only "+
 			"(no migration: copy the keys with an etcd client from a kite of the file's version)", v, schemaVersion)

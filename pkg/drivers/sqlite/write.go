@@ -34,6 +34,17 @@ type writeTx struct {
 	// writes the log again below it (see rewrite).
 	maxRemoved int64
 	rewrote    bool
+	// leaseUndo is how Backend.leased was before each change this
+	// transaction made to it, put back if it does not commit.
+	leaseUndo []leaseChange
+}
+
+// leaseChange is a key's entry in Backend.leased before a change: its
+// lease, had false for none.
+type leaseChange struct {
+	key   string
+	lease int64
+	had   bool
 }
 
 // rewrite is called before the transaction writes a row or a revision
@@ -104,9 +115,7 @@ func (w *writeTx) Put(ctx context.Context, kv *mvccpb.KeyValue, sub int64) error
 	if id <= w.maxRemoved {
 		w.rewrite()
 	}
-	w.index(key, id, false)
-	if _, err := w.exec(ctx, "put: update live index", qUpsertLive, key, id,
-		kv.CreateRevision, kv.Version, kv.Lease); err != nil {
+	if err := w.setLease(ctx, key, w.index(key, id, false), kv.Lease); err != nil {
 		return err
 	}
 	w.raise(kv.ModRevision)
@@ -129,8 +138,7 @@ func (w *writeTx) Delete(ctx context.Context, key []byte, rev, sub int64) error 
 	if id <= w.maxRemoved {
 		w.rewrite()
 	}
-	w.index(key, id, true)
-	if _, err := w.exec(ctx, "delete: update live index", qDeleteLive, key); err != nil {
+	if err := w.setLease(ctx, key, w.index(key, id, true), 0); err != nil {
 		return err
 	}
 	w.raise(rev)
@@ -138,14 +146,41 @@ func (w *writeTx) Delete(ctx context.Context, key []byte, rev, sub int64) error 
 }
 
 // index adds a row just appended to the key index. Reads see it only from
-// a snapshot that holds it (keyindex.go); Rollback takes it out again.
-func (w *writeTx) index(key []byte, id int64, deleted bool) {
+// a snapshot that holds it (keyindex.go); Rollback takes it out again. It
+// returns the key as the index holds it.
+func (w *writeTx) index(key []byte, id int64, deleted bool) string {
 	if deleted {
 		id = -id
 	}
 	k := keyID{key: string(key), id: id} // one string for the tree and the list
 	w.b.idx.add(k.key, k.id)
 	w.added = append(w.added, k)
+	return k.key
+}
+
+// setLease makes the table leased hold key under lease (0: not at all),
+// the lease of the key's row just appended; k is key as a string (the key
+// index's), key itself is bound, as a BLOB. Most puts change nothing
+// there: a key without a lease that had none.
+func (w *writeTx) setLease(ctx context.Context, key []byte, k string, lease int64) error {
+	old, had := w.b.leased[k]
+	if old == lease {
+		return nil
+	}
+	w.leaseUndo = append(w.leaseUndo, leaseChange{key: k, lease: old, had: had})
+	if had {
+		if _, err := w.exec(ctx, "update lease keys", qDeleteLeased, old, key); err != nil {
+			return err
+		}
+		delete(w.b.leased, k)
+	}
+	if lease != 0 {
+		if _, err := w.exec(ctx, "update lease keys", qPutLeased, lease, key); err != nil {
+			return err
+		}
+		w.b.leased[k] = lease
+	}
+	return nil
 }
 
 // changeID is the row id of change sub of revision rev, or the error that
@@ -291,7 +326,8 @@ func (w *writeTx) Commit() error {
 	if observe := w.b.observeCommit.Load(); observe != nil {
 		(*observe)(time.Since(start))
 	}
-	w.added = nil
+	w.added, w.leaseUndo = nil, nil
+	w.b.committed.Store(w.current)
 	w.b.idx.queuePrune(w.removed)
 	w.end()
 	w.b.ckpt.kick()
@@ -305,6 +341,13 @@ func (w *writeTx) Rollback() error {
 	}
 	defer w.end()
 	_, err := w.stmts[qRollback].ExecContext(context.Background())
+	for _, c := range slices.Backward(w.leaseUndo) {
+		if c.had {
+			w.b.leased[c.key] = c.lease
+		} else {
+			delete(w.b.leased, c.key)
+		}
+	}
 	if w.rewrote {
 		// The removals already left the index (rewrite): read it again
 		// from the log as it is after the rollback.
