@@ -264,7 +264,7 @@ var _ mvcc.RowMetaReader = (*writeTx)(nil)
 
 // GetMeta implements mvcc.RowMetaReader, which the embedded interface
 // would hide: memtail keeps rows read so without their values, SQLite
-// reads them from its live index alone. Both member databases have it;
+// reads them without the value column. Both member databases have it;
 // anything else is asked Get.
 func (t *writeTx) GetMeta(ctx context.Context, key []byte) (*mvccpb.KeyValue, error) {
 	if m, ok := t.AppliedWriteTx.(mvcc.RowMetaReader); ok {

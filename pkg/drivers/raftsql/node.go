@@ -436,9 +436,10 @@ func localDBOptions(cfg Config) sqlite.Options {
 }
 
 // applyBehindCheckpointInterval spaces the local database's checkpoints
-// when memtail flushes into it every 100 ms: each flush rewrites most of
-// the live index's leaves, and a checkpoint after every flush copied them
-// into the file every time (9-10% of a member's CPU under put@64,
-// docs/benchmarks.md). The WAL it lets grow stays below the writer's own
+// when memtail flushes into it every 100 ms: each flush rewrote most of
+// the leaves of the table live (schema version 2; version 3 has none, a
+// flush appends to the log and rewrites its inner pages), and a checkpoint
+// after every flush copied them into the file every time (9-10% of a
+// member's CPU under put@64, docs/benchmarks.md). The WAL it lets grow stays below the writer's own
 // wal_autocheckpoint bound at the rates measured there.
 const applyBehindCheckpointInterval = time.Second

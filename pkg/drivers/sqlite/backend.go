@@ -62,8 +62,8 @@ type Options struct {
 	// CheckpointInterval is the least time between two background copies
 	// of the WAL into the database file (100 ms when 0). A caller that
 	// commits rarely and large (memtail's flush behind raftsql's WAL)
-	// gives a longer one, so that the pages each flush rewrites (the live
-	// index's leaves, the B-trees' inner pages) are copied once for many
+	// gives a longer one, so that the pages each flush rewrites (the
+	// B-trees' inner pages, the log's last leaf) are copied once for many
 	// flushes.
 	CheckpointInterval time.Duration
 	// MaxChangesPerRevision, when positive, lowers the most changes one

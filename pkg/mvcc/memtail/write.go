@@ -249,7 +249,7 @@ func (w *writeTx) read(ctx context.Context, key []byte, whole bool) (*mvccpb.Key
 	}
 	get := w.view.base.Get
 	if m, ok := w.view.base.(mvcc.RowMetaReader); ok && !whole {
-		get = m.GetMeta // SQLite's: the live index alone
+		get = m.GetMeta // SQLite's: the row without its value
 	}
 	kv, err := get(ctx, key)
 	if err != nil {
