@@ -52,6 +52,14 @@ type Config struct {
 	// the log instead of receiving a whole database
 	// (--snapshot-catchup-entries).
 	CatchUpEntries uint64
+	// SnapshotBytes also starts a snapshot once the entries applied since
+	// the last one hold this many bytes (64 MiB), and CatchUpBytes bounds
+	// the entries kept after it (16 MiB): etcd counts requests only, so a
+	// load of large values keeps up to --snapshot-count of them in memory
+	// (10,000 puts of 1 MiB: 10 GiB). A snapshot here costs a sync of the
+	// database and no copy of it (snapshot.go), so bounding the log by
+	// its size is cheap. Not flags: no etcd flag says this.
+	SnapshotBytes, CatchUpBytes uint64
 	// MaxRequestBytes bounds one proposal (--max-request-bytes); raft's
 	// messages are sized from it as etcd sizes them.
 	MaxRequestBytes int
@@ -97,6 +105,8 @@ const (
 	DefaultMaxSnapshots   = 5
 	DefaultMaxWALs        = 5
 	DefaultCatchUpEntries = 5000
+	DefaultSnapshotBytes  = 64 << 20
+	DefaultCatchUpBytes   = 16 << 20
 )
 
 func (c *Config) setDefaults() {
@@ -111,6 +121,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.CatchUpEntries == 0 {
 		c.CatchUpEntries = DefaultCatchUpEntries
+	}
+	if c.SnapshotBytes == 0 {
+		c.SnapshotBytes = DefaultSnapshotBytes
+	}
+	if c.CatchUpBytes == 0 {
+		c.CatchUpBytes = DefaultCatchUpBytes
 	}
 	if c.MaxSnapshots == 0 {
 		c.MaxSnapshots = DefaultMaxSnapshots

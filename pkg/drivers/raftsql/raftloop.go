@@ -36,6 +36,8 @@ type raftLoop struct {
 	// sinceSnap counts the requests applied since this process took its
 	// last snapshot (snapshot.go).
 	sinceSnap uint64
+	// bytesSinceSnap is the size of the entries applied since then.
+	bytesSinceSnap uint64
 	// lastApplied is the applied state a snapshot sent to a follower
 	// describes (snapshot.go).
 	lastApplied atomic.Pointer[appliedState]

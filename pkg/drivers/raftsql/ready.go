@@ -263,6 +263,7 @@ func (n *Node) apply(ents []*raftpb.Entry) error {
 				return fmt.Errorf("decode entry %d: %w", idx, err)
 			}
 			n.sinceSnap += uint64(len(reqs))
+			n.bytesSinceSnap += uint64(len(e.Data))
 			for _, r := range reqs {
 				if r.ClusterMemberAttrSet != nil {
 					// Membership is not in the database: applied again on

@@ -3,6 +3,7 @@ package raftsql
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/fileutil"
@@ -28,14 +29,16 @@ import (
 // skips the entries it already holds, by the index recorded in the
 // database.
 
-// maybeSnapshot takes a snapshot every SnapshotCount applied requests.
+// maybeSnapshot takes a snapshot every SnapshotCount applied requests, or
+// SnapshotBytes of applied entries, whichever comes first.
 func (n *Node) maybeSnapshot() {
 	applied, prevSnap := n.applied.Load(), n.snapIndex
 	// --snapshot-count counts transactions, as etcd's, not entries: a
 	// packed entry holds several (pack.go), and the raft log kept in
 	// memory until the snapshot grows with the requests, not the entries.
 	// After a restart the index distance is the count to go by.
-	if n.sinceSnap <= n.cfg.SnapshotCount && applied-prevSnap <= n.cfg.SnapshotCount {
+	if n.sinceSnap <= n.cfg.SnapshotCount && applied-prevSnap <= n.cfg.SnapshotCount &&
+		n.bytesSinceSnap <= n.cfg.SnapshotBytes {
 		return
 	}
 	// The database's commits are not synced one by one: make them durable
@@ -62,13 +65,38 @@ func (n *Node) maybeSnapshot() {
 	if entries := applied - prevSnap; n.sinceSnap > entries && entries > 0 {
 		keep = max(1, keep*entries/n.sinceSnap)
 	}
+	keep = n.keepWithin(applied, keep)
 	if applied > keep {
 		if err := n.storage.Compact(applied - keep); err != nil && !errors.Is(err, raft.ErrCompacted) {
 			n.log.Warn("compact raft log", "index", applied-keep, "err", err)
 		}
 	}
-	n.sinceSnap = 0
+	n.sinceSnap, n.bytesSinceSnap = 0, 0
 	n.log.Info("snapshot taken", "index", applied)
+}
+
+// keepWithin lowers keep, the entries up to applied to be kept after a
+// snapshot, to those whose data fits in CatchUpBytes (at least one).
+func (n *Node) keepWithin(applied, keep uint64) uint64 {
+	first, err := n.storage.FirstIndex()
+	if err != nil || applied < first || keep == 0 {
+		return keep
+	}
+	lo := first
+	if applied >= keep {
+		lo = max(first, applied-keep+1)
+	}
+	ents, err := n.storage.Entries(lo, applied+1, math.MaxUint64)
+	if err != nil {
+		return keep
+	}
+	var size uint64
+	for i := len(ents) - 1; i >= 0; i-- {
+		if size += uint64(len(ents[i].Data)); size > n.cfg.CatchUpBytes {
+			return max(1, uint64(len(ents)-1-i))
+		}
+	}
+	return keep
 }
 
 // saveSnapshot records a snapshot in the snapshot dir, then in the WAL,
